@@ -1,0 +1,402 @@
+// Thin wrappers from the cxx bridge to MLX's C++ API. Each wrapper converts the
+// bridge's plain types (slices, codes) to MLX's and back; validation that MLX
+// does not do itself (and that would otherwise read out of bounds) is done here
+// and reported as an exception, which cxx turns into a Rust `Err`.
+#include "mlxcel-mlx/cpp/bridge.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "mlx/backend/gpu/device_info.h"
+#include "mlx/memory.h"
+#include "mlx/version.h"
+
+namespace mx = mlx::core;
+
+namespace mlxcel {
+namespace {
+
+// Codes shared with `Dtype` in src/dtype.rs (the order of mx::Dtype::Val).
+mx::Dtype to_dtype(uint8_t code) {
+  switch (code) {
+    case 0: return mx::bool_;
+    case 1: return mx::uint8;
+    case 2: return mx::uint16;
+    case 3: return mx::uint32;
+    case 4: return mx::uint64;
+    case 5: return mx::int8;
+    case 6: return mx::int16;
+    case 7: return mx::int32;
+    case 8: return mx::int64;
+    case 9: return mx::float16;
+    case 10: return mx::float32;
+    case 11: return mx::float64;
+    case 12: return mx::bfloat16;
+    case 13: return mx::complex64;
+    default: throw std::invalid_argument("unknown dtype code " + std::to_string(code));
+  }
+}
+
+uint8_t from_dtype(mx::Dtype d) { return static_cast<uint8_t>(d.val()); }
+
+mx::Shape to_shape(rust::Slice<const int32_t> s) { return mx::Shape(s.begin(), s.end()); }
+
+std::vector<int> to_ints(rust::Slice<const int32_t> s) { return std::vector<int>(s.begin(), s.end()); }
+
+ArrayPtr wrap(mx::array a) { return std::make_unique<Array>(std::move(a)); }
+
+std::unique_ptr<ArrayList> wrap_list(std::vector<mx::array> v) {
+  auto list = std::make_unique<ArrayList>();
+  list->items = std::move(v);
+  return list;
+}
+
+std::optional<mx::array> opt(const std::unique_ptr<Array>& a) {
+  if (a) return a->inner;
+  return std::nullopt;
+}
+
+mx::Device to_device(uint8_t code) {
+  switch (code) {
+    case 0: return mx::Device::cpu;
+    case 1: return mx::Device::gpu;
+    default: throw std::invalid_argument("unknown device code " + std::to_string(code));
+  }
+}
+
+}  // namespace
+
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype) {
+  auto dt = to_dtype(dtype);
+  auto sh = to_shape(shape);
+  size_t count = 1;
+  for (auto d : sh) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape");
+    count *= static_cast<size_t>(d);
+  }
+  size_t nbytes = count * dt.size();
+  if (nbytes != data.size()) {
+    throw std::invalid_argument("data has " + std::to_string(data.size()) + " bytes, shape and dtype need " +
+                                std::to_string(nbytes));
+  }
+  auto buffer = mx::allocator::malloc(nbytes);
+  if (nbytes > 0) std::memcpy(buffer.buffer().raw_ptr(), data.data(), nbytes);
+  return wrap(mx::array(std::move(buffer), std::move(sh), dt));
+}
+
+ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype) {
+  auto dt = to_dtype(dtype);
+  // Integers go through int64 so that large values stay exact.
+  auto v = mx::issubdtype(dt, mx::integer) ? mx::array(static_cast<int64_t>(value), mx::int64)
+                                             : mx::array(static_cast<float>(value), mx::float32);
+  return wrap(mx::full(to_shape(shape), v, dt));
+}
+
+ArrayPtr arange(double start, double stop, double step, uint8_t dtype) {
+  return wrap(mx::arange(start, stop, step, to_dtype(dtype)));
+}
+
+ArrayPtr clone_array(const Array& a) { return wrap(a.inner); }
+
+rust::Vec<int32_t> shape(const Array& a) {
+  rust::Vec<int32_t> out;
+  for (auto d : a.inner.shape()) out.push_back(d);
+  return out;
+}
+
+uint8_t dtype(const Array& a) { return from_dtype(a.inner.dtype()); }
+
+void eval(const Array& a) { mx::eval(a.inner); }
+
+void eval_list(const ArrayList& list) { mx::eval(list.items); }
+
+size_t nbytes(const Array& a) { return a.inner.nbytes(); }
+
+void copy_data(const Array& a, rust::Slice<uint8_t> out) {
+  // A row-contiguous copy makes the bytes exactly shape-ordered whatever the
+  // strides of the evaluated array.
+  auto c = mx::contiguous(a.inner);
+  c.eval();
+  if (c.nbytes() != out.size()) {
+    throw std::invalid_argument("destination has " + std::to_string(out.size()) + " bytes, array has " +
+                                std::to_string(c.nbytes()));
+  }
+  if (c.nbytes() > 0) std::memcpy(out.data(), c.data<uint8_t>(), c.nbytes());
+}
+
+std::unique_ptr<ArrayList> new_list() { return std::make_unique<ArrayList>(); }
+void list_push(ArrayList& list, const Array& a) { list.items.push_back(a.inner); }
+size_t list_len(const ArrayList& list) { return list.items.size(); }
+ArrayPtr list_get(const ArrayList& list, size_t index) {
+  if (index >= list.items.size()) throw std::out_of_range("array list index out of range");
+  return wrap(list.items[index]);
+}
+
+// Codes shared with `UnaryOp` in src/ops.rs.
+ArrayPtr unary(uint8_t op, const Array& a) {
+  const auto& x = a.inner;
+  switch (op) {
+    case 0: return wrap(mx::negative(x));
+    case 1: return wrap(mx::exp(x));
+    case 2: return wrap(mx::log(x));
+    case 3: return wrap(mx::sqrt(x));
+    case 4: return wrap(mx::rsqrt(x));
+    case 5: return wrap(mx::square(x));
+    case 6: return wrap(mx::abs(x));
+    case 7: return wrap(mx::tanh(x));
+    case 8: return wrap(mx::sigmoid(x));
+    case 9: return wrap(mx::erf(x));
+    case 10: return wrap(mx::sin(x));
+    case 11: return wrap(mx::cos(x));
+    case 12: return wrap(mx::floor(x));
+    case 13: return wrap(mx::ceil(x));
+    case 14: return wrap(mx::logical_not(x));
+    case 15: return wrap(mx::log1p(x));
+    case 16: return wrap(mx::reciprocal(x));
+    case 17: return wrap(mx::isnan(x));
+    case 18: return wrap(mx::isinf(x));
+    default: throw std::invalid_argument("unknown unary op code " + std::to_string(op));
+  }
+}
+
+// Codes shared with `BinaryOp` in src/ops.rs.
+ArrayPtr binary(uint8_t op, const Array& a, const Array& b) {
+  const auto& x = a.inner;
+  const auto& y = b.inner;
+  switch (op) {
+    case 0: return wrap(mx::add(x, y));
+    case 1: return wrap(mx::subtract(x, y));
+    case 2: return wrap(mx::multiply(x, y));
+    case 3: return wrap(mx::divide(x, y));
+    case 4: return wrap(mx::maximum(x, y));
+    case 5: return wrap(mx::minimum(x, y));
+    case 6: return wrap(mx::power(x, y));
+    case 7: return wrap(mx::equal(x, y));
+    case 8: return wrap(mx::not_equal(x, y));
+    case 9: return wrap(mx::less(x, y));
+    case 10: return wrap(mx::less_equal(x, y));
+    case 11: return wrap(mx::greater(x, y));
+    case 12: return wrap(mx::greater_equal(x, y));
+    case 13: return wrap(mx::logical_and(x, y));
+    case 14: return wrap(mx::logical_or(x, y));
+    case 15: return wrap(mx::remainder(x, y));
+    case 16: return wrap(mx::floor_divide(x, y));
+    default: throw std::invalid_argument("unknown binary op code " + std::to_string(op));
+  }
+}
+
+ArrayPtr where_(const Array& cond, const Array& a, const Array& b) {
+  return wrap(mx::where(cond.inner, a.inner, b.inner));
+}
+
+// Codes shared with `ReduceOp` in src/ops.rs.
+ArrayPtr reduce(uint8_t op, const Array& a, rust::Slice<const int32_t> axes, bool keepdims) {
+  auto ax = to_ints(axes);
+  const auto& x = a.inner;
+  switch (op) {
+    case 0: return wrap(mx::sum(x, ax, keepdims));
+    case 1: return wrap(mx::mean(x, ax, keepdims));
+    case 2: return wrap(mx::max(x, ax, keepdims));
+    case 3: return wrap(mx::min(x, ax, keepdims));
+    case 4: return wrap(mx::prod(x, ax, keepdims));
+    case 5: return wrap(mx::logsumexp(x, ax, keepdims));
+    default: throw std::invalid_argument("unknown reduce op code " + std::to_string(op));
+  }
+}
+
+ArrayPtr arg_reduce(uint8_t op, const Array& a, int32_t axis, bool keepdims) {
+  switch (op) {
+    case 0: return wrap(mx::argmax(a.inner, axis, keepdims));
+    case 1: return wrap(mx::argmin(a.inner, axis, keepdims));
+    default: throw std::invalid_argument("unknown arg-reduce op code " + std::to_string(op));
+  }
+}
+
+ArrayPtr softmax(const Array& a, rust::Slice<const int32_t> axes, bool precise) {
+  return wrap(mx::softmax(a.inner, to_ints(axes), precise));
+}
+
+ArrayPtr cumsum(const Array& a, int32_t axis, bool reverse, bool inclusive) {
+  return wrap(mx::cumsum(a.inner, axis, reverse, inclusive));
+}
+
+ArrayPtr matmul(const Array& a, const Array& b) { return wrap(mx::matmul(a.inner, b.inner)); }
+
+ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, float beta) {
+  return wrap(mx::addmm(c.inner, a.inner, b.inner, alpha, beta));
+}
+
+ArrayPtr reshape(const Array& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.inner, to_shape(shape))); }
+
+ArrayPtr transpose(const Array& a, rust::Slice<const int32_t> axes) {
+  return wrap(mx::transpose(a.inner, to_ints(axes)));
+}
+
+ArrayPtr swapaxes(const Array& a, int32_t axis1, int32_t axis2) { return wrap(mx::swapaxes(a.inner, axis1, axis2)); }
+
+ArrayPtr expand_dims(const Array& a, rust::Slice<const int32_t> axes) {
+  return wrap(mx::expand_dims(a.inner, to_ints(axes)));
+}
+
+ArrayPtr squeeze(const Array& a, rust::Slice<const int32_t> axes) { return wrap(mx::squeeze(a.inner, to_ints(axes))); }
+
+ArrayPtr broadcast_to(const Array& a, rust::Slice<const int32_t> shape) {
+  return wrap(mx::broadcast_to(a.inner, to_shape(shape)));
+}
+
+ArrayPtr astype(const Array& a, uint8_t dtype) { return wrap(mx::astype(a.inner, to_dtype(dtype))); }
+
+ArrayPtr contiguous(const Array& a) { return wrap(mx::contiguous(a.inner)); }
+
+ArrayPtr slice(const Array& a, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop,
+               rust::Slice<const int32_t> strides) {
+  return wrap(mx::slice(a.inner, to_shape(start), to_shape(stop), to_shape(strides)));
+}
+
+ArrayPtr slice_dynamic(const Array& a, const Array& start, rust::Slice<const int32_t> axes,
+                       rust::Slice<const int32_t> size) {
+  return wrap(mx::slice(a.inner, start.inner, to_ints(axes), to_shape(size)));
+}
+
+ArrayPtr slice_update(const Array& src, const Array& update, rust::Slice<const int32_t> start,
+                      rust::Slice<const int32_t> stop, rust::Slice<const int32_t> strides) {
+  return wrap(mx::slice_update(src.inner, update.inner, to_shape(start), to_shape(stop), to_shape(strides)));
+}
+
+ArrayPtr slice_update_dynamic(const Array& src, const Array& update, const Array& start,
+                              rust::Slice<const int32_t> axes) {
+  return wrap(mx::slice_update(src.inner, update.inner, start.inner, to_ints(axes)));
+}
+
+ArrayPtr concatenate(const ArrayList& list, int32_t axis) { return wrap(mx::concatenate(list.items, axis)); }
+
+ArrayPtr stack(const ArrayList& list, int32_t axis) { return wrap(mx::stack(list.items, axis)); }
+
+std::unique_ptr<ArrayList> split_sections(const Array& a, int32_t sections, int32_t axis) {
+  return wrap_list(mx::split(a.inner, sections, axis));
+}
+
+std::unique_ptr<ArrayList> split_at(const Array& a, rust::Slice<const int32_t> indices, int32_t axis) {
+  return wrap_list(mx::split(a.inner, to_shape(indices), axis));
+}
+
+ArrayPtr tril(const Array& a, int32_t k) { return wrap(mx::tril(a.inner, k)); }
+ArrayPtr triu(const Array& a, int32_t k) { return wrap(mx::triu(a.inner, k)); }
+
+ArrayPtr take(const Array& a, const Array& indices, int32_t axis) {
+  return wrap(mx::take(a.inner, indices.inner, axis));
+}
+
+ArrayPtr take_along_axis(const Array& a, const Array& indices, int32_t axis) {
+  return wrap(mx::take_along_axis(a.inner, indices.inner, axis));
+}
+
+ArrayPtr put_along_axis(const Array& a, const Array& indices, const Array& values, int32_t axis) {
+  return wrap(mx::put_along_axis(a.inner, indices.inner, values.inner, axis));
+}
+
+ArrayPtr argsort(const Array& a, int32_t axis) { return wrap(mx::argsort(a.inner, axis)); }
+ArrayPtr sort(const Array& a, int32_t axis) { return wrap(mx::sort(a.inner, axis)); }
+ArrayPtr argpartition(const Array& a, int32_t kth, int32_t axis) {
+  return wrap(mx::argpartition(a.inner, kth, axis));
+}
+ArrayPtr topk(const Array& a, int32_t k, int32_t axis) { return wrap(mx::topk(a.inner, k, axis)); }
+
+ArrayPtr rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps) {
+  return wrap(mx::fast::rms_norm(x.inner, opt(weight), eps));
+}
+
+ArrayPtr layer_norm(const Array& x, std::unique_ptr<Array> weight, std::unique_ptr<Array> bias, float eps) {
+  return wrap(mx::fast::layer_norm(x.inner, opt(weight), opt(bias), eps));
+}
+
+ArrayPtr rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset,
+              std::unique_ptr<Array> freqs) {
+  // MLX takes either a base or explicit frequencies, never both.
+  std::optional<float> b = freqs ? std::nullopt : std::optional<float>(base);
+  return wrap(mx::fast::rope(x.inner, dims, traditional, b, scale, offset, opt(freqs)));
+}
+
+ArrayPtr rope_dynamic(const Array& x, int32_t dims, bool traditional, float base, float scale, const Array& offset,
+                      std::unique_ptr<Array> freqs) {
+  std::optional<float> b = freqs ? std::nullopt : std::optional<float>(base);
+  return wrap(mx::fast::rope(x.inner, dims, traditional, b, scale, offset.inner, opt(freqs)));
+}
+
+ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Array& v, float scale,
+                                      rust::Str mask_mode, std::unique_ptr<Array> mask,
+                                      std::unique_ptr<Array> sinks) {
+  return wrap(mx::fast::scaled_dot_product_attention(q.inner, k.inner, v.inner, scale, std::string(mask_mode),
+                                                     opt(mask), opt(sinks)));
+}
+
+std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, rust::Str mode) {
+  return wrap_list(mx::quantize(w.inner, group_size, bits, std::string(mode)));
+}
+
+ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size,
+                    int32_t bits, rust::Str mode, uint8_t dtype) {
+  std::optional<mx::Dtype> dt;
+  if (dtype != 255) dt = to_dtype(dtype);
+  return wrap(mx::dequantize(w.inner, scales.inner, opt(biases), group_size, bits, std::string(mode), std::nullopt,
+                             dt));
+}
+
+ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                          bool transpose, int32_t group_size, int32_t bits, rust::Str mode) {
+  return wrap(mx::quantized_matmul(x.inner, w.inner, scales.inner, opt(biases), transpose, group_size, bits,
+                                   std::string(mode)));
+}
+
+ArrayPtr random_key(uint64_t seed) { return wrap(mx::random::key(seed)); }
+
+ArrayPtr random_split(const Array& key, int32_t num) { return wrap(mx::random::split(key.inner, num)); }
+
+ArrayPtr random_uniform(float low, float high, rust::Slice<const int32_t> shape, uint8_t dtype, const Array& key) {
+  return wrap(mx::random::uniform(low, high, to_shape(shape), to_dtype(dtype), key.inner));
+}
+
+ArrayPtr random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, float loc, float scale, const Array& key) {
+  return wrap(mx::random::normal(to_shape(shape), to_dtype(dtype), loc, scale, key.inner));
+}
+
+ArrayPtr random_categorical(const Array& logits, int32_t axis, const Array& key) {
+  return wrap(mx::random::categorical(logits.inner, axis, key.inner));
+}
+
+rust::String mlx_version() { return rust::String(mx::version()); }
+
+bool gpu_available() { return mx::is_available(mx::Device::gpu); }
+
+uint8_t default_device() { return mx::default_device().type == mx::Device::gpu ? 1 : 0; }
+
+void set_default_device(uint8_t device) {
+  auto d = to_device(device);
+  if (!mx::is_available(d)) throw std::runtime_error("device is not available in the linked MLX library");
+  mx::set_default_device(d);
+}
+
+rust::String device_name(uint8_t device) {
+  auto d = to_device(device);
+  if (!mx::is_available(d)) return rust::String("unavailable");
+  const auto& info = mx::device_info(d);
+  std::string name;
+  auto it = info.find("device_name");
+  if (it != info.end() && std::holds_alternative<std::string>(it->second)) name = std::get<std::string>(it->second);
+  auto arch = info.find("architecture");
+  if (arch != info.end() && std::holds_alternative<std::string>(arch->second)) {
+    const auto& a = std::get<std::string>(arch->second);
+    if (!a.empty()) name += (name.empty() ? "" : " (") + a + (name.empty() ? "" : ")");
+  }
+  return rust::String(name);
+}
+
+void synchronize() { mx::synchronize(); }
+size_t active_memory() { return mx::get_active_memory(); }
+size_t peak_memory() { return mx::get_peak_memory(); }
+void reset_peak_memory() { mx::reset_peak_memory(); }
+size_t cache_memory() { return mx::get_cache_memory(); }
+void clear_cache() { mx::clear_cache(); }
+
+}  // namespace mlxcel

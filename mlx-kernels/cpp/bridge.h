@@ -1,0 +1,122 @@
+// The C++ side of the cxx bridge to MLX. Every function catches MLX's
+// exceptions through cxx (functions declared `-> Result` in ffi.rs), so a bad
+// shape or dtype becomes a Rust `Err`, never an abort.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mlx/mlx.h"
+#include "rust/cxx.h"
+
+namespace mlxcel {
+
+/// An owned handle to one MLX array (a node of MLX's lazy graph).
+class Array {
+ public:
+  explicit Array(mlx::core::array a) : inner(std::move(a)) {}
+  mlx::core::array inner;
+};
+
+/// A list of arrays, for operations that take or return several.
+class ArrayList {
+ public:
+  std::vector<mlx::core::array> items;
+};
+
+using ArrayPtr = std::unique_ptr<Array>;
+
+// Construction and inspection.
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype);
+ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype);
+ArrayPtr arange(double start, double stop, double step, uint8_t dtype);
+ArrayPtr clone_array(const Array& a);
+rust::Vec<int32_t> shape(const Array& a);
+uint8_t dtype(const Array& a);
+void eval(const Array& a);
+void eval_list(const ArrayList& list);
+size_t nbytes(const Array& a);
+void copy_data(const Array& a, rust::Slice<uint8_t> out);
+
+// Lists.
+std::unique_ptr<ArrayList> new_list();
+void list_push(ArrayList& list, const Array& a);
+size_t list_len(const ArrayList& list);
+ArrayPtr list_get(const ArrayList& list, size_t index);
+
+// Elementwise and reductions, selected by the op codes of ffi.rs.
+ArrayPtr unary(uint8_t op, const Array& a);
+ArrayPtr binary(uint8_t op, const Array& a, const Array& b);
+ArrayPtr where_(const Array& cond, const Array& a, const Array& b);
+ArrayPtr reduce(uint8_t op, const Array& a, rust::Slice<const int32_t> axes, bool keepdims);
+ArrayPtr arg_reduce(uint8_t op, const Array& a, int32_t axis, bool keepdims);
+ArrayPtr softmax(const Array& a, rust::Slice<const int32_t> axes, bool precise);
+ArrayPtr cumsum(const Array& a, int32_t axis, bool reverse, bool inclusive);
+
+// Linear algebra.
+ArrayPtr matmul(const Array& a, const Array& b);
+ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, float beta);
+
+// Shape and layout.
+ArrayPtr reshape(const Array& a, rust::Slice<const int32_t> shape);
+ArrayPtr transpose(const Array& a, rust::Slice<const int32_t> axes);
+ArrayPtr swapaxes(const Array& a, int32_t axis1, int32_t axis2);
+ArrayPtr expand_dims(const Array& a, rust::Slice<const int32_t> axes);
+ArrayPtr squeeze(const Array& a, rust::Slice<const int32_t> axes);
+ArrayPtr broadcast_to(const Array& a, rust::Slice<const int32_t> shape);
+ArrayPtr astype(const Array& a, uint8_t dtype);
+ArrayPtr contiguous(const Array& a);
+ArrayPtr slice(const Array& a, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop, rust::Slice<const int32_t> strides);
+ArrayPtr slice_dynamic(const Array& a, const Array& start, rust::Slice<const int32_t> axes, rust::Slice<const int32_t> size);
+ArrayPtr slice_update(const Array& src, const Array& update, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop, rust::Slice<const int32_t> strides);
+ArrayPtr slice_update_dynamic(const Array& src, const Array& update, const Array& start, rust::Slice<const int32_t> axes);
+ArrayPtr concatenate(const ArrayList& list, int32_t axis);
+ArrayPtr stack(const ArrayList& list, int32_t axis);
+std::unique_ptr<ArrayList> split_sections(const Array& a, int32_t sections, int32_t axis);
+std::unique_ptr<ArrayList> split_at(const Array& a, rust::Slice<const int32_t> indices, int32_t axis);
+ArrayPtr tril(const Array& a, int32_t k);
+ArrayPtr triu(const Array& a, int32_t k);
+
+// Indexing and selection.
+ArrayPtr take(const Array& a, const Array& indices, int32_t axis);
+ArrayPtr take_along_axis(const Array& a, const Array& indices, int32_t axis);
+ArrayPtr put_along_axis(const Array& a, const Array& indices, const Array& values, int32_t axis);
+ArrayPtr argsort(const Array& a, int32_t axis);
+ArrayPtr sort(const Array& a, int32_t axis);
+ArrayPtr argpartition(const Array& a, int32_t kth, int32_t axis);
+ArrayPtr topk(const Array& a, int32_t k, int32_t axis);
+
+// Fast (fused where the backend has a kernel) transformer building blocks.
+ArrayPtr rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps);
+ArrayPtr layer_norm(const Array& x, std::unique_ptr<Array> weight, std::unique_ptr<Array> bias, float eps);
+ArrayPtr rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs);
+ArrayPtr rope_dynamic(const Array& x, int32_t dims, bool traditional, float base, float scale, const Array& offset, std::unique_ptr<Array> freqs);
+ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, std::unique_ptr<Array> sinks);
+
+// Quantization (affine and the other MLX modes).
+std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, rust::Str mode);
+ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, rust::Str mode, uint8_t dtype);
+ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, rust::Str mode);
+
+// Random numbers, always from an explicit key (deterministic per seed).
+ArrayPtr random_key(uint64_t seed);
+ArrayPtr random_split(const Array& key, int32_t num);
+ArrayPtr random_uniform(float low, float high, rust::Slice<const int32_t> shape, uint8_t dtype, const Array& key);
+ArrayPtr random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, float loc, float scale, const Array& key);
+ArrayPtr random_categorical(const Array& logits, int32_t axis, const Array& key);
+
+// Devices, versions and memory.
+rust::String mlx_version();
+bool gpu_available();
+uint8_t default_device();
+void set_default_device(uint8_t device);
+rust::String device_name(uint8_t device);
+void synchronize();
+size_t active_memory();
+size_t peak_memory();
+void reset_peak_memory();
+size_t cache_memory();
+void clear_cache();
+
+}  // namespace mlxcel

@@ -1,0 +1,184 @@
+//! The owning, safe handle to an MLX array.
+
+use cxx::UniquePtr;
+
+use crate::dtype::{Dtype, Element};
+use crate::error::{Error, Result};
+use crate::ffi::bridge;
+
+/// An MLX array: a node of MLX's lazy computation graph with a dtype and a
+/// shape. Operations build the graph; [`Array::eval`] (or reading the data)
+/// computes it.
+///
+/// Cloning is cheap: clones share the same graph node. `Array` is neither
+/// `Send` nor `Sync`: MLX evaluates graphs with per-thread streams, so a model
+/// lives on the thread (the engine thread) that built it.
+pub struct Array {
+    pub(crate) inner: UniquePtr<bridge::Array>,
+}
+
+impl Clone for Array {
+    fn clone(&self) -> Self {
+        Array { inner: bridge::clone_array(&self.inner) }
+    }
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Array").field("dtype", &self.dtype()).field("shape", &self.shape()).finish()
+    }
+}
+
+/// Maps a bridge result to an [`Array`], naming the operation on error.
+pub(crate) fn wrap(
+    op: &'static str,
+    r: std::result::Result<UniquePtr<bridge::Array>, cxx::Exception>,
+) -> Result<Array> {
+    match r {
+        Ok(inner) if !inner.is_null() => Ok(Array { inner }),
+        Ok(_) => Err(Error::invalid(op, "MLX returned no array")),
+        Err(e) => Err(Error::mlx(op, e)),
+    }
+}
+
+/// A list of arrays as the bridge passes them.
+pub(crate) fn to_list(arrays: &[&Array]) -> UniquePtr<bridge::ArrayList> {
+    let mut list = bridge::new_list();
+    for a in arrays {
+        bridge::list_push(list.pin_mut(), &a.inner);
+    }
+    list
+}
+
+/// Unpacks a bridge list into arrays.
+pub(crate) fn from_list(
+    op: &'static str,
+    r: std::result::Result<UniquePtr<bridge::ArrayList>, cxx::Exception>,
+) -> Result<Vec<Array>> {
+    let list = r.map_err(|e| Error::mlx(op, e))?;
+    (0..bridge::list_len(&list)).map(|i| wrap(op, bridge::list_get(&list, i))).collect()
+}
+
+impl Array {
+    /// An array holding a copy of `data`, with the given shape.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[i32]) -> Result<Array> {
+        Array::from_bytes(bytemuck::cast_slice(data), shape, T::DTYPE)
+    }
+
+    /// An array holding a copy of `bytes` (little-endian elements of `dtype`).
+    /// The byte count must equal the shape's element count times the dtype size.
+    pub fn from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
+        wrap("array", bridge::array_from_bytes(bytes, shape, dtype.code()))
+    }
+
+    /// A zero-dimensional array.
+    pub fn scalar<T: Element>(value: T) -> Array {
+        // One element and an empty shape always agree.
+        Array::from_slice(&[value], &[]).expect("a scalar always matches its empty shape")
+    }
+
+    /// A boolean array (MLX stores one byte per element).
+    pub fn from_bools(data: &[bool], shape: &[i32]) -> Result<Array> {
+        let bytes: Vec<u8> = data.iter().map(|&b| u8::from(b)).collect();
+        Array::from_bytes(&bytes, shape, Dtype::Bool)
+    }
+
+    /// An array of `shape` filled with `value`, converted to `dtype`.
+    pub fn full(shape: &[i32], value: f64, dtype: Dtype) -> Result<Array> {
+        wrap("full", bridge::full(shape, value, dtype.code()))
+    }
+
+    /// Zeros of `shape` and `dtype`.
+    pub fn zeros(shape: &[i32], dtype: Dtype) -> Result<Array> {
+        Array::full(shape, 0.0, dtype)
+    }
+
+    /// Ones of `shape` and `dtype`.
+    pub fn ones(shape: &[i32], dtype: Dtype) -> Result<Array> {
+        Array::full(shape, 1.0, dtype)
+    }
+
+    /// `start, start + step, ...` below `stop`.
+    pub fn arange(start: f64, stop: f64, step: f64, dtype: Dtype) -> Result<Array> {
+        wrap("arange", bridge::arange(start, stop, step, dtype.code()))
+    }
+
+    /// The shape (one entry per dimension).
+    pub fn shape(&self) -> Vec<i32> {
+        bridge::shape(&self.inner)
+    }
+
+    /// The size of dimension `axis` (negative counts from the end), if it exists.
+    pub fn dim(&self, axis: i32) -> Option<i32> {
+        let shape = self.shape();
+        let n = shape.len() as i32;
+        let a = if axis < 0 { axis + n } else { axis };
+        (0..n).contains(&a).then(|| shape[a as usize])
+    }
+
+    /// The number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// The number of elements.
+    pub fn size(&self) -> usize {
+        self.shape().iter().map(|&d| d as usize).product()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        // The bridge only reports codes of MLX's own dtype list.
+        Dtype::from_code(bridge::dtype(&self.inner)).unwrap_or(Dtype::U8)
+    }
+
+    /// Bytes the elements take when contiguous.
+    pub fn nbytes(&self) -> usize {
+        bridge::nbytes(&self.inner)
+    }
+
+    /// Computes the array (and whatever of the graph it depends on).
+    pub fn eval(&self) -> Result<()> {
+        bridge::eval(&self.inner).map_err(|e| Error::mlx("eval", e))
+    }
+
+    /// Computes several arrays in one pass over the graph.
+    pub fn eval_all(arrays: &[&Array]) -> Result<()> {
+        bridge::eval_list(&to_list(arrays)).map_err(|e| Error::mlx("eval", e))
+    }
+
+    /// Evaluates and returns the elements in row-major order as raw bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.nbytes()];
+        bridge::copy_data(&self.inner, &mut out).map_err(|e| Error::mlx("to_bytes", e))?;
+        Ok(out)
+    }
+
+    /// Evaluates and returns the elements in row-major order. `T` must match
+    /// the array's dtype exactly (use [`Array::astype`] first otherwise).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::invalid("to_vec", format!("array has dtype {}, asked for {}", self.dtype(), T::DTYPE)));
+        }
+        let bytes = self.to_bytes()?;
+        // `Vec<u8>` is not aligned for `T`: copy element-wise.
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Evaluates a boolean array into Rust bools.
+    pub fn to_bools(&self) -> Result<Vec<bool>> {
+        if self.dtype() != Dtype::Bool {
+            return Err(Error::invalid("to_bools", format!("array has dtype {}, not bool", self.dtype())));
+        }
+        Ok(self.to_bytes()?.into_iter().map(|b| b != 0).collect())
+    }
+
+    /// Evaluates a one-element array into its value.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        let v = self.to_vec::<T>()?;
+        match v.as_slice() {
+            [x] => Ok(*x),
+            _ => Err(Error::invalid("item", format!("array has {} elements, not 1", v.len()))),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Element types of MLX arrays and the Rust types that map onto them.
+
+use std::fmt;
+
+/// The element type of an [`Array`](crate::Array). The discriminants are the
+/// codes the C++ bridge uses (the order of MLX's `Dtype::Val`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Dtype {
+    /// Boolean, one byte per element.
+    Bool = 0,
+    /// Unsigned 8-bit integer.
+    U8 = 1,
+    /// Unsigned 16-bit integer.
+    U16 = 2,
+    /// Unsigned 32-bit integer (also the container of packed quantized weights).
+    U32 = 3,
+    /// Unsigned 64-bit integer.
+    U64 = 4,
+    /// Signed 8-bit integer.
+    I8 = 5,
+    /// Signed 16-bit integer.
+    I16 = 6,
+    /// Signed 32-bit integer.
+    I32 = 7,
+    /// Signed 64-bit integer.
+    I64 = 8,
+    /// IEEE half precision.
+    F16 = 9,
+    /// IEEE single precision.
+    F32 = 10,
+    /// IEEE double precision (CPU only in MLX).
+    F64 = 11,
+    /// bfloat16.
+    BF16 = 12,
+    /// Complex of two f32.
+    Complex64 = 13,
+}
+
+impl Dtype {
+    /// Every dtype, in code order.
+    pub const ALL: [Dtype; 14] = [
+        Dtype::Bool,
+        Dtype::U8,
+        Dtype::U16,
+        Dtype::U32,
+        Dtype::U64,
+        Dtype::I8,
+        Dtype::I16,
+        Dtype::I32,
+        Dtype::I64,
+        Dtype::F16,
+        Dtype::F32,
+        Dtype::F64,
+        Dtype::BF16,
+        Dtype::Complex64,
+    ];
+
+    /// The dtype with this bridge code, if any.
+    pub fn from_code(code: u8) -> Option<Dtype> {
+        Dtype::ALL.get(usize::from(code)).copied()
+    }
+
+    /// The bridge code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::Bool | Dtype::U8 | Dtype::I8 => 1,
+            Dtype::U16 | Dtype::I16 | Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::U32 | Dtype::I32 | Dtype::F32 => 4,
+            Dtype::U64 | Dtype::I64 | Dtype::F64 | Dtype::Complex64 => 8,
+        }
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, Dtype::F16 | Dtype::F32 | Dtype::F64 | Dtype::BF16)
+    }
+
+    /// The lower-case name MLX and numpy use (`float32`, `bfloat16`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Bool => "bool",
+            Dtype::U8 => "uint8",
+            Dtype::U16 => "uint16",
+            Dtype::U32 => "uint32",
+            Dtype::U64 => "uint64",
+            Dtype::I8 => "int8",
+            Dtype::I16 => "int16",
+            Dtype::I32 => "int32",
+            Dtype::I64 => "int64",
+            Dtype::F16 => "float16",
+            Dtype::F32 => "float32",
+            Dtype::F64 => "float64",
+            Dtype::BF16 => "bfloat16",
+            Dtype::Complex64 => "complex64",
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust type whose values can be copied in and out of an [`Array`] as is.
+pub trait Element: bytemuck::Pod + sealed::Sealed {
+    /// The MLX dtype with this representation.
+    const DTYPE: Dtype;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$d;
+        }
+    )*};
+}
+
+element!(
+    u8 => U8,
+    u16 => U16,
+    u32 => U32,
+    u64 => U64,
+    i8 => I8,
+    i16 => I16,
+    i32 => I32,
+    i64 => I64,
+    half::f16 => F16,
+    f32 => F32,
+    f64 => F64,
+    half::bf16 => BF16,
+);

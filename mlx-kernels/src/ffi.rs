@@ -1,0 +1,148 @@
+//! The raw cxx bridge to `cpp/bridge.cc`. Every fallible call returns
+//! `Result`, so C++ exceptions arrive as `cxx::Exception`; the safe layer in
+//! `array.rs` and `ops.rs` is the only user of this module.
+
+#[cxx::bridge(namespace = "mlxcel")]
+pub(crate) mod bridge {
+    unsafe extern "C++" {
+        include!("mlxcel-mlx/cpp/bridge.h");
+
+        type Array;
+        type ArrayList;
+
+        fn array_from_bytes(data: &[u8], shape: &[i32], dtype: u8) -> Result<UniquePtr<Array>>;
+        fn full(shape: &[i32], value: f64, dtype: u8) -> Result<UniquePtr<Array>>;
+        fn arange(start: f64, stop: f64, step: f64, dtype: u8) -> Result<UniquePtr<Array>>;
+        fn clone_array(a: &Array) -> UniquePtr<Array>;
+        fn shape(a: &Array) -> Vec<i32>;
+        fn dtype(a: &Array) -> u8;
+        fn nbytes(a: &Array) -> usize;
+        fn eval(a: &Array) -> Result<()>;
+        fn eval_list(list: &ArrayList) -> Result<()>;
+        fn copy_data(a: &Array, out: &mut [u8]) -> Result<()>;
+
+        fn new_list() -> UniquePtr<ArrayList>;
+        fn list_push(list: Pin<&mut ArrayList>, a: &Array);
+        fn list_len(list: &ArrayList) -> usize;
+        fn list_get(list: &ArrayList, index: usize) -> Result<UniquePtr<Array>>;
+
+        fn unary(op: u8, a: &Array) -> Result<UniquePtr<Array>>;
+        fn binary(op: u8, a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        fn where_(cond: &Array, a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        fn reduce(op: u8, a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
+        fn arg_reduce(op: u8, a: &Array, axis: i32, keepdims: bool) -> Result<UniquePtr<Array>>;
+        fn softmax(a: &Array, axes: &[i32], precise: bool) -> Result<UniquePtr<Array>>;
+        fn cumsum(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> Result<UniquePtr<Array>>;
+
+        fn matmul(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<UniquePtr<Array>>;
+
+        fn reshape(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
+        fn transpose(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
+        fn swapaxes(a: &Array, axis1: i32, axis2: i32) -> Result<UniquePtr<Array>>;
+        fn expand_dims(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
+        fn squeeze(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
+        fn broadcast_to(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
+        fn astype(a: &Array, dtype: u8) -> Result<UniquePtr<Array>>;
+        fn contiguous(a: &Array) -> Result<UniquePtr<Array>>;
+        fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Result<UniquePtr<Array>>;
+        fn slice_dynamic(a: &Array, start: &Array, axes: &[i32], size: &[i32]) -> Result<UniquePtr<Array>>;
+        fn slice_update(
+            src: &Array,
+            update: &Array,
+            start: &[i32],
+            stop: &[i32],
+            strides: &[i32],
+        ) -> Result<UniquePtr<Array>>;
+        fn slice_update_dynamic(src: &Array, update: &Array, start: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
+        fn concatenate(list: &ArrayList, axis: i32) -> Result<UniquePtr<Array>>;
+        fn stack(list: &ArrayList, axis: i32) -> Result<UniquePtr<Array>>;
+        fn split_sections(a: &Array, sections: i32, axis: i32) -> Result<UniquePtr<ArrayList>>;
+        fn split_at(a: &Array, indices: &[i32], axis: i32) -> Result<UniquePtr<ArrayList>>;
+        fn tril(a: &Array, k: i32) -> Result<UniquePtr<Array>>;
+        fn triu(a: &Array, k: i32) -> Result<UniquePtr<Array>>;
+
+        fn take(a: &Array, indices: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        fn take_along_axis(a: &Array, indices: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        fn put_along_axis(a: &Array, indices: &Array, values: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        fn argsort(a: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        fn sort(a: &Array, axis: i32) -> Result<UniquePtr<Array>>;
+        fn argpartition(a: &Array, kth: i32, axis: i32) -> Result<UniquePtr<Array>>;
+        fn topk(a: &Array, k: i32, axis: i32) -> Result<UniquePtr<Array>>;
+
+        fn rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32) -> Result<UniquePtr<Array>>;
+        fn layer_norm(
+            x: &Array,
+            weight: UniquePtr<Array>,
+            bias: UniquePtr<Array>,
+            eps: f32,
+        ) -> Result<UniquePtr<Array>>;
+        fn rope(
+            x: &Array,
+            dims: i32,
+            traditional: bool,
+            base: f32,
+            scale: f32,
+            offset: i32,
+            freqs: UniquePtr<Array>,
+        ) -> Result<UniquePtr<Array>>;
+        fn rope_dynamic(
+            x: &Array,
+            dims: i32,
+            traditional: bool,
+            base: f32,
+            scale: f32,
+            offset: &Array,
+            freqs: UniquePtr<Array>,
+        ) -> Result<UniquePtr<Array>>;
+        fn scaled_dot_product_attention(
+            q: &Array,
+            k: &Array,
+            v: &Array,
+            scale: f32,
+            mask_mode: &str,
+            mask: UniquePtr<Array>,
+            sinks: UniquePtr<Array>,
+        ) -> Result<UniquePtr<Array>>;
+
+        fn quantize(w: &Array, group_size: i32, bits: i32, mode: &str) -> Result<UniquePtr<ArrayList>>;
+        fn dequantize(
+            w: &Array,
+            scales: &Array,
+            biases: UniquePtr<Array>,
+            group_size: i32,
+            bits: i32,
+            mode: &str,
+            dtype: u8,
+        ) -> Result<UniquePtr<Array>>;
+        #[allow(clippy::too_many_arguments)]
+        fn quantized_matmul(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: UniquePtr<Array>,
+            transpose: bool,
+            group_size: i32,
+            bits: i32,
+            mode: &str,
+        ) -> Result<UniquePtr<Array>>;
+
+        fn random_key(seed: u64) -> Result<UniquePtr<Array>>;
+        fn random_split(key: &Array, num: i32) -> Result<UniquePtr<Array>>;
+        fn random_uniform(low: f32, high: f32, shape: &[i32], dtype: u8, key: &Array) -> Result<UniquePtr<Array>>;
+        fn random_normal(shape: &[i32], dtype: u8, loc: f32, scale: f32, key: &Array) -> Result<UniquePtr<Array>>;
+        fn random_categorical(logits: &Array, axis: i32, key: &Array) -> Result<UniquePtr<Array>>;
+
+        fn mlx_version() -> String;
+        fn gpu_available() -> bool;
+        fn default_device() -> u8;
+        fn set_default_device(device: u8) -> Result<()>;
+        fn device_name(device: u8) -> Result<String>;
+        fn synchronize() -> Result<()>;
+        fn active_memory() -> usize;
+        fn peak_memory() -> usize;
+        fn reset_peak_memory();
+        fn cache_memory() -> usize;
+        fn clear_cache();
+    }
+}

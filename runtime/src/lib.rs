@@ -1,0 +1,1 @@
+//! `mlxcel-runtime`: opens a bundle and generates tokens (issue [4] builds it).

