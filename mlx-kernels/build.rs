@@ -2,7 +2,8 @@
 //!
 //! MLX is found through `MLX_DIR` (the wheel's `mlx/` folder, holding
 //! `include/` and `lib/`) or, by default, `<workspace>/.deps/mlx-cpu/mlx`, where
-//! `make setup` installs it.
+//! `make setup` installs it (`.deps/mlx-cuda-13/mlx` with the `cuda` feature,
+//! from `make setup-cuda`).
 
 use std::path::PathBuf;
 
@@ -12,14 +13,17 @@ fn main() {
     println!("cargo::rerun-if-changed=src/ffi.rs");
 
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let cuda = std::env::var_os("CARGO_FEATURE_CUDA").is_some();
+    let (default_dir, setup) =
+        if cuda { ("../.deps/mlx-cuda-13/mlx", "make setup-cuda") } else { ("../.deps/mlx-cpu/mlx", "make setup") };
     let mlx_dir = match std::env::var_os("MLX_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => manifest_dir.join("../.deps/mlx-cpu/mlx"),
+        None => manifest_dir.join(default_dir),
     };
     let header = mlx_dir.join("include/mlx/mlx.h");
     if !header.is_file() {
         println!(
-            "cargo::error=MLX not found at {} (no include/mlx/mlx.h): run `make setup`, or set MLX_DIR to an MLX install",
+            "cargo::error=MLX not found at {} (no include/mlx/mlx.h): run `{setup}`, or set MLX_DIR to an MLX install",
             mlx_dir.display()
         );
         return;
@@ -38,8 +42,18 @@ fn main() {
 
     println!("cargo::rustc-link-search=native={}", lib.display());
     println!("cargo::rustc-link-lib=dylib=mlx");
-    // This crate's own tests need the rpath too; dependents add it themselves
-    // from DEP_MLX_LIBDIR (link args do not propagate to dependents).
-    println!("cargo::rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{}", lib.display());
-    println!("cargo::metadata=libdir={}", lib.display());
+    // Binaries find libmlx through a RUNPATH (LD_LIBRARY_PATH still wins, which
+    // is how a GPU host swaps in its own libmlx). The CUDA libmlx needs cuBLAS,
+    // cuDNN and NVRTC, which exist only on the GPU host: leave them unresolved
+    // at link time.
+    let mut link_args = format!("-Wl,--enable-new-dtags,-rpath,{}", lib.display());
+    if cuda {
+        link_args.push_str(" -Wl,--allow-shlib-undefined");
+    }
+    // Link args do not propagate to dependents: this crate's own tests get them
+    // here, dependents' build scripts read DEP_MLX_LINK_ARGS.
+    for arg in link_args.split(' ') {
+        println!("cargo::rustc-link-arg={arg}");
+    }
+    println!("cargo::metadata=link_args={link_args}");
 }

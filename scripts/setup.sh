@@ -89,6 +89,25 @@ if ! stamp_ok mlx-cpu "$mlx_lock" || [ ! -f "$mlx_root/mlx/lib/libmlx.so" ]; the
   stamp_write mlx-cpu "$mlx_lock"
 fi
 
+# --------------------------------------------- MLX CUDA wheel (only on request)
+# MLXCEL_SETUP_CUDA=1 (make setup-cuda) also installs mlx-cuda-13, for builds
+# with `--features cuda` that run on an NVIDIA host (docs/cuda.md).
+if [ "${MLXCEL_SETUP_CUDA:-0}" = 1 ]; then
+  cuda_lock=$root/deps/mlx-cuda-13.txt
+  cuda_root=$deps/mlx-cuda-13
+  if ! stamp_ok mlx-cuda-13 "$cuda_lock" || [ ! -f "$cuda_root/mlx/lib/libmlx.so" ]; then
+    say "installing the pinned MLX CUDA wheel (mlx-cuda-13 0.32.4) into $cuda_root"
+    pip_download "$cuda_lock"
+    rm -rf "$cuda_root.partial"
+    unzip_members "$(wheel_path mlx_cuda_13 0.32.4)" "$cuda_root.partial"
+    [ -f "$cuda_root.partial/mlx/lib/libmlx.so" ] || die "the MLX CUDA wheel has no mlx/lib/libmlx.so"
+    rm -rf "$cuda_root" "$cuda_root.partial/"mlx_cuda_13-*.dist-info
+    mv "$cuda_root.partial" "$cuda_root"
+    rm -f "$deps/wheels/"mlx_cuda_13-*
+    stamp_write mlx-cuda-13 "$cuda_lock"
+  fi
+fi
+
 # ------------------------------------------------------------------ real models
 models_lock=$root/deps/models.txt
 models=$deps/models

@@ -114,10 +114,14 @@ void eval_list(const ArrayList& list) { mx::eval(list.items); }
 size_t nbytes(const Array& a) { return a.inner.nbytes(); }
 
 void copy_data(const Array& a, rust::Slice<uint8_t> out) {
-  // A row-contiguous copy makes the bytes exactly shape-ordered whatever the
-  // strides of the evaluated array.
-  auto c = mx::contiguous(a.inner);
+  auto c = a.inner;
   c.eval();
+  if (!c.flags().row_contiguous) {
+    // Strided views are copied row-contiguous on the CPU stream: it reads any
+    // dtype (the GPU has no float64) and the memory is unified.
+    c = mx::contiguous(c, false, mx::Device::cpu);
+    c.eval();
+  }
   if (c.nbytes() != out.size()) {
     throw std::invalid_argument("destination has " + std::to_string(out.size()) + " bytes, array has " +
                                 std::to_string(c.nbytes()));
@@ -230,6 +234,7 @@ ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, floa
 ArrayPtr reshape(const Array& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.inner, to_shape(shape))); }
 
 ArrayPtr transpose(const Array& a, rust::Slice<const int32_t> axes) {
+  if (axes.empty()) return wrap(mx::transpose(a.inner));
   return wrap(mx::transpose(a.inner, to_ints(axes)));
 }
 

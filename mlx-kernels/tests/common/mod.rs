@@ -1,0 +1,157 @@
+//! Shared test support: seeded random inputs, tolerances and plain-Rust
+//! reference implementations the MLX results are checked against.
+#![allow(dead_code)]
+
+use std::sync::Once;
+
+use mlxcel_mlx::{Array, Dtype, device};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Picks the device from MLXCEL_DEVICE (the GPU runs use `MLXCEL_DEVICE=gpu`).
+pub fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let d = device::init_from_env().expect("MLXCEL_DEVICE names a usable device");
+        eprintln!("testing on {d} ({})", d.description());
+    });
+}
+
+/// A fresh seed per run (reproduce a failure with MLXCEL_TEST_SEED=<seed>).
+pub fn rng(test: &str) -> (StdRng, u64) {
+    let seed = std::env::var("MLXCEL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random::<u64>());
+    eprintln!("{test}: MLXCEL_TEST_SEED={seed}");
+    (StdRng::seed_from_u64(seed), seed)
+}
+
+/// `n` values uniform in [lo, hi).
+pub fn uniform(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+/// `n` values of a standard normal (Box–Muller).
+pub fn normal(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let u1: f32 = rng.random_range(f32::EPSILON..1.0);
+            let u2: f32 = rng.random();
+            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+        })
+        .collect()
+}
+
+/// An f32 host array of `shape`.
+pub fn arr(data: &[f32], shape: &[i32]) -> Array {
+    Array::from_slice(data, shape).expect("test data matches its shape")
+}
+
+/// The array's values as f32 (converting low-precision dtypes in MLX).
+pub fn vals(a: &Array) -> Vec<f32> {
+    let a = if a.dtype() == Dtype::F32 { a.clone() } else { a.astype(Dtype::F32).expect("astype f32") };
+    a.to_vec::<f32>().expect("evaluates")
+}
+
+/// Values rounded to `dtype` and back, as MLX sees inputs of that dtype.
+pub fn round_to(data: &[f32], dtype: Dtype) -> Vec<f32> {
+    match dtype {
+        Dtype::BF16 => data.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+        Dtype::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        _ => data.to_vec(),
+    }
+}
+
+/// Elementwise relative tolerance for results computed in `dtype`: a few ulps of
+/// the format (bf16 has 8 significant bits, f16 11, f32 24).
+pub fn elementwise_tol(dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::BF16 => 1.6e-2,
+        Dtype::F16 => 2e-3,
+        _ => 2e-5,
+    }
+}
+
+/// Relative RMS tolerance for reductions of length `k` in `dtype` (matmul,
+/// attention): rounding of the output dominates for bf16/f16; f32 accumulates
+/// error roughly with sqrt(k).
+pub fn rms_tol(dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::BF16 => 1e-2,
+        Dtype::F16 => 2e-3,
+        _ => 1e-5,
+    }
+}
+
+/// [`rms_tol`] for a dense float matmul. MLX's CUDA backend runs f32 GEMMs on
+/// TF32 tensor cores (10-bit mantissa, ~5e-4 relative per product; measured
+/// 3e-4 RMS on the H200), unless MLX_ENABLE_TF32=0.
+pub fn matmul_tol(dtype: Dtype) -> f32 {
+    let tf32 = device::default_device() == mlxcel_mlx::Device::Gpu
+        && std::env::var("MLX_ENABLE_TF32").map_or(true, |v| v != "0");
+    if dtype == Dtype::F32 && tf32 { 1e-3 } else { rms_tol(dtype) }
+}
+
+/// Asserts every `got[i]` is within `atol + rtol * |want[i]|`.
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], rtol: f32, atol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= atol + rtol * w.abs() || (g.is_nan() && w.is_nan()) || g == w;
+        assert!(ok, "{what}: element {i}: got {g}, want {w} (rtol {rtol}, atol {atol})");
+    }
+}
+
+/// Relative RMS error ||got - want|| / ||want||.
+pub fn rel_rms(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "length");
+    let num: f64 = got.iter().zip(want).map(|(&g, &w)| f64::from(g - w).powi(2)).sum();
+    let den: f64 = want.iter().map(|&w| f64::from(w).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt() as f32
+}
+
+/// Asserts the relative RMS error is at most `tol`.
+#[track_caller]
+pub fn assert_rms(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    let e = rel_rms(got, want);
+    assert!(e <= tol, "{what}: relative RMS error {e:e} > {tol:e}");
+}
+
+/// Row-major `[m, k] @ [k, n]` in f64.
+pub fn ref_matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0f64;
+            for p in 0..k {
+                acc += f64::from(a[i * k + p]) * f64::from(b[p * n + j]);
+            }
+            out[i * n + j] = acc as f32;
+        }
+    }
+    out
+}
+
+/// Softmax of each row of length `n`.
+pub fn ref_softmax(x: &[f32], n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(n) {
+        let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f64> = row.iter().map(|&v| f64::from(v - max).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        out.extend(exps.iter().map(|&e| (e / sum) as f32));
+    }
+    out
+}
+
+/// Transposes a row-major `[rows, cols]` matrix.
+pub fn ref_transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = x[r * cols + c];
+        }
+    }
+    out
+}
