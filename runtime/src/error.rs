@@ -1,0 +1,61 @@
+//! Errors of the runtime.
+
+/// Everything that can go wrong between a bundle and generated text.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An MLX operation failed.
+    #[error(transparent)]
+    Mlx(#[from] mlxcel_mlx::Error),
+    /// The bundle names an architecture this runtime does not implement.
+    #[error("architecture {found:?} is not supported by this runtime; supported: {}", supported.join(", "))]
+    UnsupportedArchitecture {
+        /// The architecture the bundle declares.
+        found: String,
+        /// The architectures the runtime implements.
+        supported: Vec<&'static str>,
+    },
+    /// The model configuration is missing a field or holds a bad value.
+    #[error("model config: {0}")]
+    Config(String),
+    /// A weight the architecture needs is missing or has the wrong shape or dtype.
+    #[error("weight {name}: {message}")]
+    Weight {
+        /// The tensor's canonical name.
+        name: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The tokenizer or the chat template could not be loaded or applied.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The chat template failed to render.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    /// The prompt and the requested generation do not fit the context.
+    #[error("the prompt has {prompt} tokens but the context holds {context}{}", if *.requested > 0 { format!(" (with {} tokens to generate)", .requested) } else { String::new() })]
+    ContextOverflow {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Tokens requested on top of the prompt.
+        requested: usize,
+        /// The context length.
+        context: usize,
+    },
+    /// A sampling or generation parameter is out of range.
+    #[error("invalid parameter {name}: {message}")]
+    InvalidParameter {
+        /// The parameter's name.
+        name: &'static str,
+        /// Why it was refused.
+        message: String,
+    },
+    /// The bundle could not be used.
+    #[error("bundle: {0}")]
+    Bundle(String),
+    /// A sequence id the backend does not know.
+    #[error("unknown sequence {0}")]
+    UnknownSequence(u64),
+}
+
+/// The runtime's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,87 @@
+//! Multi-head attention with grouped-query heads, RoPE and a KV cache, as the
+//! Llama family, Qwen, Gemma 3 and Phi-3 use it (they differ in how q, k and v
+//! are projected and whether queries and keys are normalised per head).
+
+use mlxcel_mlx::{Array, scaled_dot_product_attention};
+
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+use crate::nn::{Linear, RmsNorm, Rope};
+
+/// How the queries, keys and values are projected from the hidden state.
+pub enum QkvProjection {
+    /// Three projections (`q_proj`, `k_proj`, `v_proj`).
+    Separate {
+        /// Queries.
+        q: Linear,
+        /// Keys.
+        k: Linear,
+        /// Values.
+        v: Linear,
+    },
+    /// One fused projection split into q, k, v (`qkv_proj`, Phi-3).
+    Fused(Linear),
+}
+
+/// One attention block: projections, optional per-head q/k norms, RoPE, the
+/// cached attention and the output projection.
+pub struct Attention {
+    /// q/k/v projections.
+    pub qkv: QkvProjection,
+    /// Output projection.
+    pub o: Linear,
+    /// Query heads.
+    pub heads: i32,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: i32,
+    /// Features per head.
+    pub head_dim: i32,
+    /// Multiplies `q·k` (usually `head_dim^-1/2`).
+    pub scale: f32,
+    /// Rotary embedding of queries and keys.
+    pub rope: Rope,
+    /// Per-head RMS norm of queries (Qwen3, Gemma 3).
+    pub q_norm: Option<RmsNorm>,
+    /// Per-head RMS norm of keys (Qwen3, Gemma 3).
+    pub k_norm: Option<RmsNorm>,
+}
+
+impl Attention {
+    /// `x: [batch, seq, hidden]` → `[batch, seq, hidden]`, appending this step's
+    /// keys and values to `cache`.
+    pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        let shape = x.shape();
+        let (b, l) = (shape[0], shape[1]);
+        let (q, k, v) = match &self.qkv {
+            QkvProjection::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+            QkvProjection::Fused(qkv) => {
+                let q_end = self.heads * self.head_dim;
+                let k_end = q_end + self.kv_heads * self.head_dim;
+                let mut parts = qkv.forward(x)?.split_at(&[q_end, k_end], -1)?.into_iter();
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(q), Some(k), Some(v)) => (q, k, v),
+                    _ => unreachable!("split_at with two indices gives three parts"),
+                }
+            }
+        };
+        // [b, l, heads * d] -> [b, l, heads, d] (normalised per head) -> [b, heads, l, d]
+        let heads = |t: Array, n: i32, norm: &Option<RmsNorm>| -> Result<Array> {
+            let t = t.reshape(&[b, l, n, self.head_dim])?;
+            let t = match norm {
+                Some(norm) => norm.forward(&t)?,
+                None => t,
+            };
+            Ok(t.transpose(&[0, 2, 1, 3])?)
+        };
+        let q = heads(q, self.heads, &self.q_norm)?;
+        let k = heads(k, self.kv_heads, &self.k_norm)?;
+        let v = heads(v, self.kv_heads, &None)?;
+        let offset = cache.offset();
+        let q = self.rope.forward(&q, offset)?;
+        let k = self.rope.forward(&k, offset)?;
+        let step = cache.update(&k, &v)?;
+        let out = scaled_dot_product_attention(&q, &step.keys, &step.values, self.scale, step.mask.as_attention_mask())?;
+        let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
+        self.o.forward(&out)
+    }
+}

@@ -1,0 +1,295 @@
+//! Turning next-token logits into a token: penalties, then greedy or
+//! temperature sampling restricted by top-k, top-p and min-p, from a seeded
+//! generator. The order and the semantics follow mlx-lm's `sample_utils`.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::{Error, Result};
+
+/// How to pick tokens. The defaults pick greedily with no penalty.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 picks the most likely token.
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose mass reaches `top_p` (1: all).
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one (0: none).
+    pub min_p: f32,
+    /// Divides positive (multiplies negative) logits of recent tokens (1: off).
+    pub repetition_penalty: f32,
+    /// Subtracted from the logit of every token seen recently (0: off).
+    pub presence_penalty: f32,
+    /// Subtracted once per occurrence of a recent token (0: off).
+    pub frequency_penalty: f32,
+    /// How many of the latest tokens the penalties look at.
+    pub penalty_window: usize,
+    /// Seed of the generator (`None`: a fresh random seed).
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_window: 64,
+            seed: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Checks every field's range, naming the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name: &'static str, message: String| Err(Error::InvalidParameter { name, message });
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return bad("temperature", format!("must be a finite number >= 0, got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", format!("must be in [0, 1], got {}", self.min_p));
+        }
+        if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
+            return bad("repetition_penalty", format!("must be a finite number > 0, got {}", self.repetition_penalty));
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if !v.is_finite() || !(-2.0..=2.0).contains(&v) {
+                return bad(name, format!("must be in [-2, 2], got {v}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn penalties_active(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
+}
+
+/// A chosen token and its log-probability under the (penalised) distribution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampled {
+    /// The token id.
+    pub token: u32,
+    /// `log p(token)` before temperature and filtering.
+    pub logprob: f32,
+}
+
+/// A sampler: parameters plus its random generator.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+}
+
+impl Sampler {
+    /// A sampler for `params` (validated).
+    pub fn new(params: SamplingParams) -> Result<Sampler> {
+        params.validate()?;
+        let seed = params.seed.unwrap_or_else(|| rand::rng().random());
+        Ok(Sampler { params, rng: StdRng::seed_from_u64(seed) })
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from `logits` (modified in place by the penalties),
+    /// given the tokens so far (`history`, prompt included).
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<Sampled> {
+        if logits.is_empty() {
+            return Err(Error::InvalidParameter { name: "logits", message: "empty".into() });
+        }
+        if self.params.penalties_active() {
+            apply_penalties(&self.params, logits, history);
+        }
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+        if self.params.temperature == 0.0 {
+            let token = argmax(logits);
+            return Ok(Sampled { token, logprob: logits[token as usize] - log_z });
+        }
+        // Candidates as (logprob, token); filters narrow them down.
+        let mut cands: Vec<(f32, u32)> = Vec::new();
+        if self.params.top_p < 1.0 {
+            // Tokens below (1 - top_p)/V in probability together hold less than
+            // 1 - top_p, so the nucleus never needs them: skip them before sorting.
+            let floor = ((1.0 - self.params.top_p) / logits.len() as f32).ln();
+            cands.extend(logits.iter().enumerate().map(|(i, &l)| (l - log_z, i as u32)).filter(|c| c.0 >= floor));
+        } else {
+            cands.extend(logits.iter().enumerate().map(|(i, &l)| (l - log_z, i as u32)));
+        }
+        let by_prob_desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if self.params.top_k > 0 && self.params.top_k < cands.len() {
+            cands.select_nth_unstable_by(self.params.top_k - 1, by_prob_desc);
+            cands.truncate(self.params.top_k);
+        }
+        if self.params.top_p < 1.0 {
+            cands.sort_unstable_by(by_prob_desc);
+            let mut mass = 0.0f32;
+            let mut keep = cands.len();
+            for (i, c) in cands.iter().enumerate() {
+                mass += c.0.exp();
+                if mass >= self.params.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cands.truncate(keep);
+        }
+        if self.params.min_p > 0.0 {
+            let top = cands.iter().map(|c| c.0).fold(f32::NEG_INFINITY, f32::max);
+            let threshold = top + self.params.min_p.ln();
+            cands.retain(|c| c.0 >= threshold);
+        }
+        // Categorical draw from softmax(logprob / temperature) over the candidates.
+        let inv_t = 1.0 / self.params.temperature;
+        let top = cands.iter().map(|c| c.0).fold(f32::NEG_INFINITY, f32::max);
+        let weights: Vec<f64> = cands.iter().map(|c| f64::from((c.0 - top) * inv_t).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let mut u = self.rng.random::<f64>() * total;
+        for (w, c) in weights.iter().zip(&cands) {
+            if u < *w {
+                return Ok(Sampled { token: c.1, logprob: c.0 });
+            }
+            u -= w;
+        }
+        // Rounding left `u` at the very end: take the last candidate.
+        let last = cands.last().copied().unwrap_or((logits[0] - log_z, 0));
+        Ok(Sampled { token: last.1, logprob: last.0 })
+    }
+}
+
+/// The index of the largest logit (the first one on ties, like MLX's argmax).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Repetition (sign-aware, multiplicative), presence and frequency penalties
+/// over the last `penalty_window` tokens of `history`.
+fn apply_penalties(p: &SamplingParams, logits: &mut [f32], history: &[u32]) {
+    let recent = &history[history.len().saturating_sub(p.penalty_window)..];
+    let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+    for &t in recent {
+        *counts.entry(t).or_default() += 1;
+    }
+    for (&t, &n) in &counts {
+        let Some(l) = logits.get_mut(t as usize) else { continue };
+        if p.repetition_penalty != 1.0 {
+            *l = if *l < 0.0 { *l * p.repetition_penalty } else { *l / p.repetition_penalty };
+        }
+        *l -= p.presence_penalty + p.frequency_penalty * n as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(params: SamplingParams) -> Sampler {
+        Sampler::new(SamplingParams { seed: Some(7), ..params }).unwrap()
+    }
+
+    #[test]
+    fn greedy_picks_the_first_maximum() {
+        let mut s = sampler(SamplingParams::default());
+        let mut logits = vec![0.0, 3.0, 1.0, 3.0];
+        let got = s.sample(&mut logits, &[]).unwrap();
+        assert_eq!(got.token, 1);
+        let z = (1.0f32 + 3f32.exp() * 2.0 + 1f32.exp()).ln();
+        assert!((got.logprob - (3.0 - z)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn filters_restrict_the_draw() {
+        let logits = [5.0f32, 4.0, 3.0, -1.0, -2.0, -3.0];
+        let draw = |params: SamplingParams| {
+            let mut s = sampler(SamplingParams { temperature: 1.0, ..params });
+            (0..2000).map(|_| s.sample(&mut logits.clone(), &[]).unwrap().token).collect::<Vec<_>>()
+        };
+        let seen = |v: &[u32]| {
+            let mut s: Vec<u32> = v.to_vec();
+            s.sort_unstable();
+            s.dedup();
+            s
+        };
+        assert_eq!(seen(&draw(SamplingParams { top_k: 2, ..Default::default() })), vec![0, 1]);
+        // p = softmax: [0.665, 0.245, 0.090, ...]: top_p 0.8 keeps the first two.
+        assert_eq!(seen(&draw(SamplingParams { top_p: 0.8, ..Default::default() })), vec![0, 1]);
+        // min_p 0.2 keeps p >= 0.133: the first two.
+        assert_eq!(seen(&draw(SamplingParams { min_p: 0.2, ..Default::default() })), vec![0, 1]);
+        // Unfiltered, the third token shows up too.
+        assert!(seen(&draw(SamplingParams::default())).contains(&2));
+    }
+
+    #[test]
+    fn frequencies_follow_the_temperature() {
+        let logits = [1.0f32, 0.0];
+        for t in [0.5f32, 1.0, 2.0] {
+            let mut s = sampler(SamplingParams { temperature: t, ..Default::default() });
+            let n = 20_000;
+            let ones = (0..n).filter(|_| s.sample(&mut logits.clone(), &[]).unwrap().token == 0).count();
+            let p = 1.0 / (1.0 + (-1.0 / t).exp());
+            let freq = ones as f32 / n as f32;
+            let se = (p * (1.0 - p) / n as f32).sqrt();
+            assert!((freq - p).abs() < 6.0 * se, "t={t}: {freq} vs {p}");
+        }
+    }
+
+    #[test]
+    fn seeds_reproduce() {
+        let logits: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin()).collect();
+        let run = |seed| {
+            let mut s = Sampler::new(SamplingParams { temperature: 1.0, seed: Some(seed), ..Default::default() }).unwrap();
+            (0..50).map(|_| s.sample(&mut logits.clone(), &[]).unwrap().token).collect::<Vec<_>>()
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn penalties_follow_their_definitions() {
+        let p = SamplingParams {
+            repetition_penalty: 2.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            penalty_window: 3,
+            ..Default::default()
+        };
+        let mut logits = vec![4.0, -4.0, 4.0, 1.0];
+        // Token 2 is outside the window of 3.
+        apply_penalties(&p, &mut logits, &[2, 0, 1, 0]);
+        assert_eq!(logits, vec![4.0 / 2.0 - 0.5 - 0.5, -4.0 * 2.0 - 0.5 - 0.25, 4.0, 1.0]);
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let cases = [
+            (SamplingParams { temperature: -1.0, ..Default::default() }, "temperature"),
+            (SamplingParams { top_p: 0.0, ..Default::default() }, "top_p"),
+            (SamplingParams { min_p: 1.5, ..Default::default() }, "min_p"),
+            (SamplingParams { repetition_penalty: 0.0, ..Default::default() }, "repetition_penalty"),
+            (SamplingParams { presence_penalty: 3.0, ..Default::default() }, "presence_penalty"),
+            (SamplingParams { frequency_penalty: f32::NAN, ..Default::default() }, "frequency_penalty"),
+        ];
+        for (p, name) in cases {
+            let err = Sampler::new(p).err().expect("refused").to_string();
+            assert!(err.starts_with(&format!("invalid parameter {name}:")), "{err}");
+        }
+    }
+}
