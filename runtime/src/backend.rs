@@ -134,7 +134,11 @@ impl Backend for MlxBackend {
             .map(|&(seq, token)| {
                 let pos = self.position(seq)?;
                 if self.options.max_kv.is_none() && pos + 1 > self.context_length() {
-                    return Err(Error::ContextOverflow { prompt: pos + 1, requested: 0, context: self.context_length() });
+                    return Err(Error::ContextOverflow {
+                        prompt: pos + 1,
+                        requested: 0,
+                        context: self.context_length(),
+                    });
                 }
                 self.step(seq, &[token], true)?.ok_or_else(|| Error::Config("decode step produced no logits".into()))
             })

@@ -77,12 +77,18 @@ mod tests {
         let src = "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nYou are helpful.<|im_end|>\n{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'].strip() }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
         let t = ChatTemplate::new(src).unwrap();
         let out = t.render(&[Message::new("user", "  Hi!  ")], true, None, None).unwrap();
-        assert_eq!(out, "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            out,
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 
     #[test]
     fn raise_exception_and_syntax_errors_are_errors() {
-        let t = ChatTemplate::new("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}ok").unwrap();
+        let t = ChatTemplate::new(
+            "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}ok",
+        )
+        .unwrap();
         let err = t.render(&[Message::new("system", "x")], true, None, None).unwrap_err().to_string();
         assert!(err.contains("no system role"), "{err}");
         let err = ChatTemplate::new("{% for m in messages %}").err().expect("unclosed for").to_string();

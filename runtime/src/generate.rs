@@ -170,7 +170,10 @@ fn generate_on(
     let prefill_time = start.elapsed();
 
     let mut history: Vec<u32> = prompt.to_vec();
-    let mut stops = StopMatcher { stops: options.stop_strings.iter().filter(|s| !s.is_empty()).cloned().collect(), pending: String::new() };
+    let mut stops = StopMatcher {
+        stops: options.stop_strings.iter().filter(|s| !s.is_empty()).cloned().collect(),
+        pending: String::new(),
+    };
     let mut detok = Detokenizer::new();
     let mut text = String::new();
     let mut tokens = Vec::new();

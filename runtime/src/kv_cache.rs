@@ -113,7 +113,9 @@ impl KvCache {
 
 /// Shape helpers over `[batch, heads, positions, dim]` arrays.
 fn positions(a: &Array) -> Result<usize> {
-    a.dim(2).map(|d| d as usize).ok_or_else(|| Error::Config(format!("KV tensor of shape {:?} has no position axis", a.shape())))
+    a.dim(2)
+        .map(|d| d as usize)
+        .ok_or_else(|| Error::Config(format!("KV tensor of shape {:?} has no position axis", a.shape())))
 }
 
 /// `a[:, :, start..stop, :]`.

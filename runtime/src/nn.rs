@@ -124,7 +124,12 @@ impl Rope {
 
     /// RoPE with explicit wavelengths (`dims / 2` of them) and an optional
     /// scale applied to the rotated features first.
-    pub fn with_wavelengths(dims: i32, traditional: bool, wavelengths: &[f32], input_scale: Option<f32>) -> Result<Rope> {
+    pub fn with_wavelengths(
+        dims: i32,
+        traditional: bool,
+        wavelengths: &[f32],
+        input_scale: Option<f32>,
+    ) -> Result<Rope> {
         if wavelengths.len() != (dims / 2) as usize {
             return Err(Error::Config(format!(
                 "rope: {} frequencies for {} rotated dimensions (need {})",
@@ -145,7 +150,9 @@ impl Rope {
         };
         let offset = offset as i32;
         Ok(match &self.frequencies {
-            RopeFrequencies::Base { base, scale } => x.rope(self.dims, self.traditional, *base, *scale, offset, None)?,
+            RopeFrequencies::Base { base, scale } => {
+                x.rope(self.dims, self.traditional, *base, *scale, offset, None)?
+            }
             RopeFrequencies::Explicit(freqs) => x.rope(self.dims, self.traditional, 0.0, 1.0, offset, Some(freqs))?,
         })
     }

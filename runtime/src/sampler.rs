@@ -255,7 +255,8 @@ mod tests {
     fn seeds_reproduce() {
         let logits: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin()).collect();
         let run = |seed| {
-            let mut s = Sampler::new(SamplingParams { temperature: 1.0, seed: Some(seed), ..Default::default() }).unwrap();
+            let mut s =
+                Sampler::new(SamplingParams { temperature: 1.0, seed: Some(seed), ..Default::default() }).unwrap();
             (0..50).map(|_| s.sample(&mut logits.clone(), &[]).unwrap().token).collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));

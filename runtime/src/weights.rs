@@ -83,7 +83,10 @@ impl Weights {
     pub fn float(&self, name: &str, shape: &[i32]) -> Result<Array> {
         let a = self.raw(name)?;
         if !a.dtype().is_float() {
-            return Err(Error::Weight { name: name.into(), message: format!("is {}, expected a float tensor", a.dtype()) });
+            return Err(Error::Weight {
+                name: name.into(),
+                message: format!("is {}, expected a float tensor", a.dtype()),
+            });
         }
         if a.shape() != shape {
             return Err(Error::Weight {
@@ -126,7 +129,9 @@ impl Weights {
     pub fn linear(&self, prefix: &str, inputs: i32, outputs: i32, bias: bool) -> Result<Linear> {
         let bias = if bias { Some(self.float(&format!("{prefix}.bias"), &[outputs])?) } else { None };
         match self.quantized.get(prefix) {
-            Some(&spec) => Ok(Linear::Quantized { weight: self.quantized_weight(prefix, spec, outputs, inputs)?, bias }),
+            Some(&spec) => {
+                Ok(Linear::Quantized { weight: self.quantized_weight(prefix, spec, outputs, inputs)?, bias })
+            }
             None => Ok(Linear::Dense { weight: self.float(&format!("{prefix}.weight"), &[outputs, inputs])?, bias }),
         }
     }

@@ -80,7 +80,8 @@ impl Attention {
         let q = self.rope.forward(&q, offset)?;
         let k = self.rope.forward(&k, offset)?;
         let step = cache.update(&k, &v)?;
-        let out = scaled_dot_product_attention(&q, &step.keys, &step.values, self.scale, step.mask.as_attention_mask())?;
+        let out =
+            scaled_dot_product_attention(&q, &step.keys, &step.values, self.scale, step.mask.as_attention_mask())?;
         let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
         self.o.forward(&out)
     }

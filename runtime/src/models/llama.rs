@@ -134,11 +134,8 @@ impl DecoderStack {
         } else {
             None
         };
-        let windows = cfg
-            .sliding
-            .iter()
-            .map(|&s| if s { cfg.sliding_window.map(|w| w as usize) } else { None })
-            .collect();
+        let windows =
+            cfg.sliding.iter().map(|&s| if s { cfg.sliding_window.map(|w| w as usize) } else { None }).collect();
         Ok(DecoderStack {
             embed_tokens,
             layers,
@@ -149,7 +146,6 @@ impl DecoderStack {
             context_length: cfg.max_position_embeddings,
         })
     }
-
 }
 
 impl LanguageModel for DecoderStack {
@@ -227,10 +223,9 @@ pub fn llama_attention(w: &Weights, c: &Config<'_>, cfg: &LlamaConfig, i: i32) -
 
 /// Builds a Llama model from its config and weights.
 pub fn build(c: &Config<'_>, w: &Weights) -> Result<DecoderStack> {
-        let cfg = LlamaConfig::from_config(c)?;
-        let layers = (0..cfg.layers)
-            .map(|i| DecoderLayer::new(w, &cfg, i, llama_attention(w, c, &cfg, i)?, llama_mlp(w, &cfg, i)?))
-            .collect::<Result<Vec<_>>>()?;
-        DecoderStack::new(w, &cfg, layers)
+    let cfg = LlamaConfig::from_config(c)?;
+    let layers = (0..cfg.layers)
+        .map(|i| DecoderLayer::new(w, &cfg, i, llama_attention(w, c, &cfg, i)?, llama_mlp(w, &cfg, i)?))
+        .collect::<Result<Vec<_>>>()?;
+    DecoderStack::new(w, &cfg, layers)
 }
-

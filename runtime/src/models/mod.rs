@@ -93,7 +93,9 @@ impl Config<'_> {
     pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v.as_bool().map(Some).ok_or_else(|| Error::Config(format!("{key} must be true or false, found {v}"))),
+            Some(v) => {
+                v.as_bool().map(Some).ok_or_else(|| Error::Config(format!("{key} must be true or false, found {v}")))
+            }
         }
     }
 
@@ -201,8 +203,7 @@ pub fn rope_from_config(
                 .opt_int("original_max_position_embeddings")?
                 .ok_or_else(|| Error::Config("rope_scaling longrope needs original_max_position_embeddings".into()))?;
             let max = max_position_embeddings.unwrap_or(131_072);
-            let freqs: Vec<f32> =
-                exponents(dims).zip(&long).map(|(e, l)| l * (base.powf(e as f32))).collect();
+            let freqs: Vec<f32> = exponents(dims).zip(&long).map(|(e, l)| l * (base.powf(e as f32))).collect();
             let factor = max as f64 / f64::from(original);
             let scale = if factor <= 1.0 { 1.0 } else { (1.0 + factor.ln() / f64::from(original).ln()).sqrt() };
             let s = (scale != 1.0).then_some(scale as f32);

@@ -43,12 +43,11 @@ fn mlp(w: &Weights, cfg: &LlamaConfig, i: i32) -> Result<GatedMlp> {
 
 /// Builds a Phi3 model from its config and weights.
 pub fn build(c: &Config<'_>, w: &Weights) -> Result<DecoderStack> {
-        let mut cfg = LlamaConfig::from_config(c)?;
-        cfg.tie_word_embeddings = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
-        cfg.sliding = vec![false; cfg.layers as usize];
-        let layers = (0..cfg.layers)
-            .map(|i| DecoderLayer::new(w, &cfg, i, attention(w, c, &cfg, i)?, mlp(w, &cfg, i)?))
-            .collect::<Result<Vec<_>>>()?;
-        DecoderStack::new(w, &cfg, layers)
+    let mut cfg = LlamaConfig::from_config(c)?;
+    cfg.tie_word_embeddings = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+    cfg.sliding = vec![false; cfg.layers as usize];
+    let layers = (0..cfg.layers)
+        .map(|i| DecoderLayer::new(w, &cfg, i, attention(w, c, &cfg, i)?, mlp(w, &cfg, i)?))
+        .collect::<Result<Vec<_>>>()?;
+    DecoderStack::new(w, &cfg, layers)
 }
-

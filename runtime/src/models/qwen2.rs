@@ -28,13 +28,12 @@ fn attention(w: &Weights, c: &Config<'_>, cfg: &LlamaConfig, i: i32) -> Result<A
 
 /// Builds a Qwen2 model from its config and weights.
 pub fn build(c: &Config<'_>, w: &Weights) -> Result<DecoderStack> {
-        let mut cfg = LlamaConfig::from_config(c)?;
-        // Qwen2 configs enable sliding windows per layer only through
-        // use_sliding_window, which released checkpoints leave off.
-        cfg.sliding = vec![false; cfg.layers as usize];
-        let layers = (0..cfg.layers)
-            .map(|i| DecoderLayer::new(w, &cfg, i, attention(w, c, &cfg, i)?, llama_mlp(w, &cfg, i)?))
-            .collect::<Result<Vec<_>>>()?;
-        DecoderStack::new(w, &cfg, layers)
+    let mut cfg = LlamaConfig::from_config(c)?;
+    // Qwen2 configs enable sliding windows per layer only through
+    // use_sliding_window, which released checkpoints leave off.
+    cfg.sliding = vec![false; cfg.layers as usize];
+    let layers = (0..cfg.layers)
+        .map(|i| DecoderLayer::new(w, &cfg, i, attention(w, c, &cfg, i)?, llama_mlp(w, &cfg, i)?))
+        .collect::<Result<Vec<_>>>()?;
+    DecoderStack::new(w, &cfg, layers)
 }
-

@@ -28,10 +28,9 @@ fn attention(w: &Weights, c: &Config<'_>, cfg: &LlamaConfig, i: i32) -> Result<A
 
 /// Builds a Qwen3 model from its config and weights.
 pub fn build(c: &Config<'_>, w: &Weights) -> Result<DecoderStack> {
-        let cfg = LlamaConfig::from_config(c)?;
-        let layers = (0..cfg.layers)
-            .map(|i| DecoderLayer::new(w, &cfg, i, attention(w, c, &cfg, i)?, llama_mlp(w, &cfg, i)?))
-            .collect::<Result<Vec<_>>>()?;
-        DecoderStack::new(w, &cfg, layers)
+    let cfg = LlamaConfig::from_config(c)?;
+    let layers = (0..cfg.layers)
+        .map(|i| DecoderLayer::new(w, &cfg, i, attention(w, c, &cfg, i)?, llama_mlp(w, &cfg, i)?))
+        .collect::<Result<Vec<_>>>()?;
+    DecoderStack::new(w, &cfg, layers)
 }
-

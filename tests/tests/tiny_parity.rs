@@ -1,0 +1,151 @@
+//! Every architecture against mlx-lm on tiny random models that mlx-lm itself
+//! builds (tests/python/tiny_reference.py), float and 4-bit: the logits of one
+//! forward pass agree within 1e-4 and greedy generation is token-identical.
+//!
+//! Tolerance: both sides run the same MLX 0.32.4 CPU kernels in float32 on the
+//! same weights; what differs is graph structure (mlx-lm compiles its SwiGLU
+//! and GELU, and feeds the prompt through `generate_step`'s split), which moves
+//! logits of magnitude ~10 by a few ulp. 1e-4 is ~100x that and still far below
+//! the gaps that decide the argmax.
+
+use std::path::Path;
+
+use mlxcel_mlx::{Array, Dtype, QuantMode};
+use mlxcel_runtime::backend::{Backend, MlxBackend, MlxOptions};
+use mlxcel_runtime::models;
+use mlxcel_runtime::sampler::argmax;
+use mlxcel_runtime::weights::{QuantSpec, Weights};
+use mlxcel_tests::{read_json, run_reference_script};
+
+/// Loads mlx-lm's safetensors layout into runtime weights.
+fn load_weights(dir: &Path, config: &serde_json::Value) -> Weights {
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut w = Weights::new(Dtype::F32);
+    let mut prefixes = Vec::new();
+    for (name, view) in st.tensors() {
+        let dtype = match view.dtype() {
+            safetensors::Dtype::F32 => Dtype::F32,
+            safetensors::Dtype::F16 => Dtype::F16,
+            safetensors::Dtype::BF16 => Dtype::BF16,
+            safetensors::Dtype::U32 => Dtype::U32,
+            other => panic!("{name}: unexpected dtype {other:?}"),
+        };
+        let shape: Vec<i32> = view.shape().iter().map(|&d| d as i32).collect();
+        w.insert(name.clone(), Array::from_bytes(view.data(), &shape, dtype).unwrap());
+        if let Some(prefix) = name.strip_suffix(".scales") {
+            prefixes.push(prefix.to_string());
+        }
+    }
+    let q = &config["quantization"];
+    for prefix in prefixes {
+        let spec = q.get(&prefix).filter(|v| v.is_object()).unwrap_or(q);
+        w.mark_quantized(
+            prefix,
+            QuantSpec {
+                group_size: spec["group_size"].as_i64().unwrap() as i32,
+                bits: spec["bits"].as_i64().unwrap() as i32,
+                mode: QuantMode::Affine,
+            },
+        );
+    }
+    w
+}
+
+fn check(arch: &str, bits: u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let bits_arg = bits.to_string();
+    let mut args = vec![arch, out];
+    if bits > 0 {
+        args.extend(["--bits", &bits_arg]);
+    }
+    run_reference_script("tiny_reference.py", &args);
+    let config = read_json(&dir.path().join("config.json"));
+    let reference = read_json(&dir.path().join("reference.json"));
+    let ids = |key: &str| -> Vec<u32> {
+        reference[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+    };
+    let (prompt, want_tokens) = (ids("prompt"), ids("tokens"));
+    let want_logits: Vec<f32> =
+        reference["prompt_logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+
+    let weights = load_weights(dir.path(), &config);
+    let model_type = config["model_type"].as_str().unwrap();
+    let model = models::build(model_type, &config, &weights).unwrap();
+    let mut backend = MlxBackend::new(model, MlxOptions { prefill_chunk: 7, max_kv: None }).unwrap();
+
+    // One forward pass over the whole prompt (chunked: 7 tokens at a time).
+    let seq = backend.new_sequence();
+    let logits = backend.prefill(seq, &prompt, true).unwrap().unwrap();
+    let max_diff = logits.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    eprintln!("{arch} bits={bits}: largest logit difference {max_diff:e}");
+    assert!(max_diff < 1e-4, "{arch} bits={bits}: logits differ by {max_diff}");
+    backend.release_sequence(seq);
+
+    // Greedy generation the way mlx-lm's generate_step does it.
+    let seq = backend.new_sequence();
+    backend.prefill(seq, &prompt[..prompt.len() - 1], false).unwrap();
+    let mut logits = backend.decode(&[(seq, prompt[prompt.len() - 1])]).unwrap().remove(0);
+    let mut got = Vec::new();
+    for _ in 0..want_tokens.len() {
+        let t = argmax(&logits);
+        got.push(t);
+        logits = backend.decode(&[(seq, t)]).unwrap().remove(0);
+    }
+    assert_eq!(got, want_tokens, "{arch} bits={bits}: greedy tokens");
+}
+
+macro_rules! parity {
+    ($($name:ident: $arch:literal, $bits:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            check($arch, $bits);
+        }
+    )*};
+}
+
+parity! {
+    llama_f32: "llama", 0;
+    llama_q4: "llama", 4;
+    llama_untied_llama3_rope: "llama_untied_scaled", 0;
+    qwen2_f32: "qwen2", 0;
+    qwen3_q8: "qwen3", 8;
+    gemma3_f32: "gemma3", 0;
+    gemma3_q4: "gemma3", 4;
+    phi3_f32: "phi3", 0;
+}
+
+#[test]
+fn unknown_architecture_is_refused_with_the_supported_list() {
+    let err = models::build("mamba", &serde_json::json!({}), &Weights::new(Dtype::F32)).err().unwrap().to_string();
+    assert_eq!(
+        err,
+        "architecture \"mamba\" is not supported by this runtime; supported: llama, qwen2, qwen3, gemma3, phi3"
+    );
+}
+
+#[test]
+fn unused_and_missing_weights_are_named() {
+    let config = serde_json::json!({
+        "hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 16, "num_attention_heads": 2,
+        "vocab_size": 10, "rms_norm_eps": 1e-5
+    });
+    let w = Weights::new(Dtype::F32);
+    let err = models::build("llama", &config, &w).err().unwrap().to_string();
+    assert_eq!(err, "weight model.layers.0.self_attn.q_proj.weight: missing from the bundle");
+}
+
+#[test]
+fn tensors_the_architecture_does_not_use_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    run_reference_script("tiny_reference.py", &["llama", dir.path().to_str().unwrap(), "--tokens", "1"]);
+    let config = read_json(&dir.path().join("config.json"));
+    let mut weights = load_weights(dir.path(), &config);
+    weights.insert("model.layers.0.self_attn.rotary_emb.inv_freq", Array::zeros(&[4], Dtype::F32).unwrap());
+    let err = models::build("llama", &config, &weights).err().unwrap().to_string();
+    assert_eq!(
+        err,
+        "weight model.layers.0.self_attn.rotary_emb.inv_freq: 1 tensor(s) in the bundle are not used by the llama architecture"
+    );
+}
