@@ -266,11 +266,11 @@ pub enum BundleError {
     #[error("{second} at offset {offset} overlaps {first}, which ends at {first_end}")]
     Overlap {
         /// The region that starts first.
-        first: RegionName,
+        first: Box<RegionName>,
         /// Where it ends.
         first_end: u64,
         /// The region that overlaps it.
-        second: RegionName,
+        second: Box<RegionName>,
         /// Where that one starts.
         offset: u64,
     },

@@ -255,7 +255,7 @@ fn section_name(s: &ArchivedSectionEntry) -> RegionName {
 
 /// Checks a region's alignment and that it lies inside the data area `ALIGNMENT..end`.
 fn check_region(region: &Region<'_>, end: u64) -> Result<()> {
-    if region.offset % ALIGNMENT != 0 {
+    if !region.offset.is_multiple_of(ALIGNMENT) {
         return Err(BundleError::Misaligned {
             region: region.name.owned(),
             offset: region.offset,
@@ -280,7 +280,7 @@ fn check_region(region: &Region<'_>, end: u64) -> Result<()> {
 fn validate<'a>(bytes: &'a [u8], header: &Header) -> Result<Validated<'a>> {
     let (offset, length) = (header.manifest_offset, header.manifest_len);
     let misplaced = |reason| BundleError::ManifestMisplaced { offset, length, reason };
-    if offset % ALIGNMENT != 0 {
+    if !offset.is_multiple_of(ALIGNMENT) {
         return Err(misplaced("its offset is not a multiple of 16384"));
     }
     if offset < ALIGNMENT {
@@ -395,9 +395,9 @@ fn validate<'a>(bytes: &'a [u8], header: &Header) -> Result<Validated<'a>> {
         let first_end = first.offset + first.length;
         if second.offset < first_end {
             return Err(BundleError::Overlap {
-                first: first.name.owned(),
+                first: Box::new(first.name.owned()),
                 first_end,
-                second: second.name.owned(),
+                second: Box::new(second.name.owned()),
                 offset: second.offset,
             });
         }

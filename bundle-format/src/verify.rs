@@ -104,10 +104,10 @@ impl Bundle {
             }
             cursor = cursor.max(region.offset + region.length);
         }
-        if let Some(surgery) = self.provenance().surgery.as_ref() {
-            if *blake3::hash(surgery.yaml.as_bytes()).as_bytes() != surgery.blake3 {
-                failures.push(VerifyFailure::SurgeryHashMismatch);
-            }
+        if let Some(surgery) = self.provenance().surgery.as_ref()
+            && *blake3::hash(surgery.yaml.as_bytes()).as_bytes() != surgery.blake3
+        {
+            failures.push(VerifyFailure::SurgeryHashMismatch);
         }
         if !failures.is_empty() {
             return Err(BundleError::VerifyFailed { failures });

@@ -229,7 +229,7 @@ fn overlapping_regions_are_refused() {
     let bad = with_manifest(|m| m.tensors[1].offset = m.tensors[0].offset);
     let err = open(&bad).unwrap_err();
     assert!(
-        matches!(&err, BundleError::Overlap { first: RegionName::Tensor(_), second: RegionName::Tensor(_), .. }),
+        matches!(&err, BundleError::Overlap { first, second, .. } if matches!((&**first, &**second), (RegionName::Tensor(_), RegionName::Tensor(_)))),
         "{err}"
     );
     let bad = with_manifest(|m| m.sections[1].offset = m.tensors[2].offset);
