@@ -3,8 +3,8 @@
 //!
 //! `cargo run -p mlxcel-bundle --example make_seeds -- DIR`
 //!
-//! For each bundle `NAME.mlxb` it also writes `NAME.manifest`, the raw
-//! manifest bytes (the seed of the `manifest` fuzz target).
+//! Bundles go to `DIR/open_verify/NAME.mlxb`, their raw manifest bytes to
+//! `DIR/manifest/NAME.manifest` (the seeds of the two fuzz targets).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -14,8 +14,11 @@ use std::path::PathBuf;
 use mlxcel_bundle::{Bundle, BundleWriter, Dtype, ModelInfo, TensorSpec};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: make_seeds DIR")?);
+    let root = PathBuf::from(std::env::args().nth(1).ok_or("usage: make_seeds DIR")?);
+    let dir = root.join("open_verify");
+    let manifests = root.join("manifest");
     std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&manifests)?;
     common::write_sample(&dir.join("sample.mlxb"));
     BundleWriter::create(dir.join("empty.mlxb"), ModelInfo::default())?.finish()?;
     let mut w = BundleWriter::create(dir.join("one-tensor.mlxb"), common::model())?;
@@ -25,8 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let bundle = Bundle::open(dir.join(format!("{name}.mlxb")))?;
         let h = bundle.header();
         let manifest = &bundle.as_bytes()[h.manifest_offset as usize..];
-        std::fs::write(dir.join(format!("{name}.manifest")), manifest)?;
+        std::fs::write(manifests.join(format!("{name}.manifest")), manifest)?;
     }
-    println!("wrote seeds to {}", dir.display());
+    println!("wrote seeds to {}", root.display());
     Ok(())
 }
