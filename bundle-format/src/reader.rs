@@ -10,7 +10,8 @@ use rkyv::util::AlignedVec;
 use crate::error::{BundleError, RegionName, Result};
 use crate::header::Header;
 use crate::manifest::{
-    ArchivedExtension, ArchivedManifest, ArchivedProvenance, ArchivedSectionEntry, ArchivedTensorEntry, Manifest,
+    ArchivedExtension, ArchivedKeyValue, ArchivedManifest, ArchivedProvenance, ArchivedSectionEntry,
+    ArchivedTensorEntry, Manifest,
 };
 use crate::{ALIGNMENT, Dtype, KNOWN_EXTENSIONS, MAX_DIMS, kinds};
 
@@ -149,7 +150,7 @@ impl<'a> TensorView<'a> {
 
     /// A per-tensor property.
     pub fn property(&self, key: &str) -> Option<&'a str> {
-        self.entry.properties.iter().find(|kv| kv.key == key).map(|kv| kv.value.as_str())
+        find_value(&self.entry.properties, key)
     }
 
     /// The archived manifest entry.
@@ -203,7 +204,7 @@ impl<'a> SectionView<'a> {
 
     /// A property of the section.
     pub fn property(&self, key: &str) -> Option<&'a str> {
-        self.entry.properties.iter().find(|kv| kv.key == key).map(|kv| kv.value.as_str())
+        find_value(&self.entry.properties, key)
     }
 
     /// The archived manifest entry.
@@ -212,12 +213,18 @@ impl<'a> SectionView<'a> {
     }
 }
 
+/// The value of the first pair with this key.
+fn find_value<'a>(pairs: &'a [ArchivedKeyValue], key: &str) -> Option<&'a str> {
+    pairs.iter().find(|kv| kv.key == key).map(|kv| kv.value.as_str())
+}
+
 /// The file offset of an archived value inside `bytes` (for error messages).
 fn offset_in<T>(bytes: &[u8], value: &T) -> u64 {
     std::ptr::from_ref(value).addr().wrapping_sub(bytes.as_ptr().addr()) as u64
 }
 
-fn slice(bytes: &[u8], offset: u64, length: u64) -> &[u8] {
+/// `bytes[offset..offset + length]`, or empty when out of range.
+pub(crate) fn slice(bytes: &[u8], offset: u64, length: u64) -> &[u8] {
     // Validation guarantees the range; `get` keeps a broken invariant from ever panicking.
     usize::try_from(offset)
         .ok()
@@ -524,7 +531,7 @@ impl Bundle {
 
     /// A metadata value by key (the first entry with that key).
     pub fn metadata(&self, key: &str) -> Option<&str> {
-        self.manifest().metadata.iter().find(|kv| kv.key == key).map(|kv| kv.value.as_str())
+        find_value(&self.manifest().metadata, key)
     }
 
     /// An extension record by name.

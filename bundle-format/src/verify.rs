@@ -2,7 +2,7 @@
 
 use crate::HEADER_LEN;
 use crate::error::{BundleError, RegionName, Result, VerifyFailure};
-use crate::reader::Bundle;
+use crate::reader::{Bundle, slice};
 
 /// Bytes hashed between two progress reports.
 const PROGRESS_CHUNK: usize = 8 << 20;
@@ -80,14 +80,14 @@ impl Bundle {
             // Zero-length regions may share an offset with the next region; padding
             // runs from the end of the previous region to this one's start.
             if region.offset > cursor {
-                if let Some(bad) = first_nonzero(range(bytes, cursor, region.offset - cursor)) {
+                if let Some(bad) = first_nonzero(slice(bytes, cursor, region.offset - cursor)) {
                     failures.push(VerifyFailure::NonZeroPadding { offset: cursor + bad as u64 });
                 }
                 checked += region.offset - cursor;
                 progress(&VerifyProgress { checked_bytes: checked, total_bytes: total, region: &padding_name });
             }
             let mut hasher = blake3::Hasher::new();
-            for chunk in range(bytes, region.offset, region.length).chunks(PROGRESS_CHUNK) {
+            for chunk in slice(bytes, region.offset, region.length).chunks(PROGRESS_CHUNK) {
                 hasher.update(chunk);
                 checked += chunk.len() as u64;
                 progress(&VerifyProgress { checked_bytes: checked, total_bytes: total, region: &region.name });
@@ -114,14 +114,6 @@ impl Bundle {
         }
         Ok(VerifyReport { checked_bytes: checked, tensors: self.tensor_count(), sections: self.section_count() })
     }
-}
-
-fn range(bytes: &[u8], offset: u64, length: u64) -> &[u8] {
-    usize::try_from(offset)
-        .ok()
-        .zip(usize::try_from(length).ok())
-        .and_then(|(o, l)| bytes.get(o..o.checked_add(l)?))
-        .unwrap_or(&[])
 }
 
 /// Index of the first non-zero byte.
