@@ -456,6 +456,15 @@ impl Bundle {
         Ok(Bundle { cell, header, path: None })
     }
 
+    /// Tells the kernel how the mapping will be read (readahead for verify);
+    /// a no-op for in-memory bundles. Advice is only a hint: failures are ignored.
+    pub(crate) fn advise_sequential(&self, sequential: bool) {
+        if let Backing::Mapped(map) = self.cell.borrow_owner() {
+            let advice = if sequential { memmap2::Advice::Sequential } else { memmap2::Advice::Normal };
+            let _ = map.advise(advice);
+        }
+    }
+
     fn validated(&self) -> &Validated<'_> {
         self.cell.borrow_dependent()
     }

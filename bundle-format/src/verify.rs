@@ -72,6 +72,7 @@ impl Bundle {
         });
         plan.sort_by_key(|p| p.offset);
 
+        self.advise_sequential(true);
         let mut failures = Vec::new();
         let mut checked = HEADER_LEN as u64;
         let mut cursor = HEADER_LEN as u64;
@@ -104,6 +105,7 @@ impl Bundle {
             }
             cursor = cursor.max(region.offset + region.length);
         }
+        self.advise_sequential(false);
         if let Some(surgery) = self.provenance().surgery.as_ref()
             && *blake3::hash(surgery.yaml.as_bytes()).as_bytes() != surgery.blake3
         {

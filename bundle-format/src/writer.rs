@@ -293,6 +293,17 @@ impl BundleWriter {
         self.add_tensor(spec, data)
     }
 
+    /// Streams one tensor from an iterator of byte chunks (e.g. quantized row
+    /// blocks as the compiler produces them); the chunks together must be
+    /// exactly dtype × shape bytes. See [`BundleWriter::add_tensor`].
+    pub fn add_tensor_chunks<I>(&mut self, spec: TensorSpec, chunks: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.add_tensor(spec, ChunkReader { chunks: chunks.into_iter(), current: None, position: 0 })
+    }
+
     /// Streams a non-tensor section of any length from `data` until it ends.
     pub fn add_section(&mut self, spec: SectionSpec, data: impl Read) -> Result<()> {
         self.add_section_inner(spec, None, data)
@@ -459,6 +470,40 @@ impl BundleWriter {
             tensor_count: self.manifest.tensors.len(),
             section_count: self.manifest.sections.len(),
         })
+    }
+}
+
+/// Adapts an iterator of byte chunks to [`Read`].
+struct ChunkReader<I: Iterator> {
+    chunks: I,
+    current: Option<I::Item>,
+    position: usize,
+}
+
+impl<I> Read for ChunkReader<I>
+where
+    I: Iterator,
+    I::Item: AsRef<[u8]>,
+{
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some(chunk) = &self.current {
+                let rest = chunk.as_ref().get(self.position..).unwrap_or_default();
+                if !rest.is_empty() {
+                    let n = rest.len().min(out.len());
+                    out[..n].copy_from_slice(&rest[..n]);
+                    self.position += n;
+                    return Ok(n);
+                }
+            }
+            match self.chunks.next() {
+                Some(next) => {
+                    self.current = Some(next);
+                    self.position = 0;
+                }
+                None => return Ok(0),
+            }
+        }
     }
 }
 

@@ -156,6 +156,25 @@ fn writer_rejects_duplicates_and_bad_lengths_and_stays_usable() {
     bundle.verify(|_| {}).unwrap();
 }
 
+#[test]
+fn tensors_can_be_streamed_from_chunk_iterators() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path());
+    let data = pattern(11, 3 * 1000 * 4);
+    // Uneven chunks, including empty ones, crossing the writer's copy buffer.
+    let chunks = [&data[..1], &data[1..1], &data[1..5000], &data[5000..]];
+    w.add_tensor_chunks(TensorSpec::new("rows", Dtype::F32, [3, 1000]), chunks).unwrap();
+    let rows: Vec<Vec<u8>> = data.chunks(4000).map(<[u8]>::to_vec).collect();
+    w.add_tensor_chunks(TensorSpec::new("rows2", Dtype::F32, [3, 1000]), rows).unwrap();
+    assert!(matches!(
+        w.add_tensor_chunks(TensorSpec::new("short", Dtype::F32, [3, 1000]), [&data[..100]]),
+        Err(BundleError::LengthMismatch { expected: 12000, actual: 100, .. })
+    ));
+    let bundle = Bundle::open(w.finish().unwrap().path).unwrap();
+    assert_eq!(bundle.tensor("rows").unwrap().data(), &data[..]);
+    assert_eq!(bundle.tensor("rows2").unwrap().data(), &data[..]);
+}
+
 struct FailingReader;
 
 impl std::io::Read for FailingReader {
