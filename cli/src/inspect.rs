@@ -179,7 +179,13 @@ pub fn to_text(bundle: &Bundle, tensors: bool) -> String {
     let _ = writeln!(out, "root hash  {}", hex(&h.root_hash));
     let _ = writeln!(out, "manifest   offset {}, {} bytes", h.manifest_offset, h.manifest_len);
 
-    let _ = writeln!(out, "\nmodel      {} (architecture {})", bundle.model_name(), bundle.architecture());
+    let or_unset = |s: &str| if s.is_empty() { "(unset)".to_string() } else { s.to_string() };
+    let _ = writeln!(
+        out,
+        "\nmodel      {} (architecture {})",
+        or_unset(bundle.model_name()),
+        or_unset(bundle.architecture())
+    );
     match serde_json::from_str::<Value>(bundle.config_json()) {
         Ok(Value::Object(config)) => {
             let notable: Vec<String> =
