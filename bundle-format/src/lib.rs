@@ -1,2 +1,71 @@
-//! `mlxcel-bundle`: the `.mlxb` bundle format (issue [2] builds it: the
-//! normative spec, the streaming writer and the validated mmap reader).
+//! `mlxcel-bundle`: the `.mlxb` bundle format.
+//!
+//! A bundle is one little-endian file: a fixed 128-byte [`Header`] at offset
+//! 0, then tensor data and sections, each starting at a multiple of
+//! [`ALIGNMENT`] (16 KiB), then the rkyv-archived [`Manifest`] at the end.
+//! The normative description is `docs/bundle-format.md`.
+//!
+//! - [`BundleWriter`] streams tensors and sections into a temporary file and
+//!   renames it into place on [`BundleWriter::finish`].
+//! - [`Bundle::open`] maps a file read-only and validates everything except
+//!   the data bytes; [`Bundle::tensor`] then hands out zero-copy views.
+//! - [`Bundle::verify`] hashes every byte.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod dtype;
+mod error;
+mod header;
+pub mod manifest;
+pub mod raw;
+mod reader;
+mod verify;
+mod writer;
+
+pub use dtype::{Dtype, UnknownDtype};
+pub use error::{BundleError, RegionName, Result, VerifyFailure, hex};
+pub use header::{Header, KNOWN_REQUIRED_FLAGS, REQUIRED_FLAGS_MASK, offsets as header_offsets};
+pub use manifest::{
+    Extension, KeyValue, Manifest, ModelInfo, Provenance, Quantization, RepackRecord, SectionEntry, SourceFile,
+    SurgeryOperation, SurgeryRecord, TensorEntry, TokenizerInfo,
+};
+pub use reader::{Bundle, QuantizationView, SectionView, TensorView};
+pub use verify::{VerifyProgress, VerifyReport};
+pub use writer::{BundleWriter, SectionSpec, TensorSpec, WrittenBundle, encode_manifest};
+
+/// The 8 magic bytes at offset 0: `\x89MLXB\r\n\x1a` (PNG-style: a high
+/// byte catches 7-bit transfers, CR LF catches newline conversion).
+pub const MAGIC: [u8; 8] = *b"\x89MLXB\r\n\x1a";
+/// The format major version this crate reads and writes.
+pub const FORMAT_MAJOR: u16 = 1;
+/// The format minor version this crate writes.
+pub const FORMAT_MINOR: u16 = 0;
+/// Length of the fixed header.
+pub const HEADER_LEN: usize = 128;
+/// Every tensor, section and the manifest start at a multiple of this (16 KiB:
+/// Apple's page size, a multiple of 4 KiB pages, direct-I/O and SIMD alignment).
+pub const ALIGNMENT: u64 = 16384;
+/// The most dimensions a tensor may have.
+pub const MAX_DIMS: usize = 32;
+/// The default layout tag: C-contiguous (row-major) elements.
+pub const LAYOUT_ROW_MAJOR: &str = "row-major";
+/// Required extensions this reader understands (none in version 1.0).
+pub const KNOWN_EXTENSIONS: &[&str] = &[];
+
+/// Well-known section kinds. Readers ignore sections of kinds they do not know.
+pub mod kinds {
+    /// Tokenizer files; key `tokenizer.json` is the Hugging Face tokenizer.
+    pub const TOKENIZER: &str = "tokenizer";
+    /// The key of the Hugging Face `tokenizer.json` in a [`TOKENIZER`] section.
+    pub const TOKENIZER_JSON_KEY: &str = "tokenizer.json";
+    /// StableHLO (MLIR text) of one graph; key = graph name.
+    pub const STABLEHLO: &str = "stablehlo";
+    /// An IREE VM flatbuffer module; key = graph name, target = IREE target (triple, CPU features or GPU arch).
+    pub const IREE_VMFB: &str = "iree-vmfb";
+    /// Precompiled GPU kernels; key = kernel set, target = device arch, property `mlx_version`.
+    pub const KERNELS: &str = "kernels";
+    /// An exported MLX function (`.mlxfn`); key = graph name.
+    pub const MLX_FUNCTION: &str = "mlxfn";
+    /// Any other blob; key names it.
+    pub const BLOB: &str = "blob";
+}

@@ -1,5 +1,9 @@
 //! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles.
 
+mod inspect;
+mod verify;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -23,6 +27,24 @@ enum Command {
     /// List the compute devices of the linked MLX and which one mlxcel uses
     /// (MLXCEL_DEVICE=cpu|gpu|auto overrides the choice).
     Devices,
+    /// Show what a bundle holds: format, provenance, model, tokenizer, tensor
+    /// summary and artifacts per target (validates the structure, not every byte).
+    Inspect {
+        /// The bundle file.
+        bundle: PathBuf,
+        /// Print JSON instead of the readable report.
+        #[arg(long)]
+        json: bool,
+        /// List every tensor.
+        #[arg(long)]
+        tensors: bool,
+    },
+    /// Check every byte of a bundle against its hashes; exits non-zero naming
+    /// each tensor or section that does not match.
+    Verify {
+        /// The bundle file.
+        bundle: PathBuf,
+    },
 }
 
 fn version_text() -> Result<String> {
@@ -54,6 +76,19 @@ fn run(cli: Cli) -> Result<()> {
     }
     match cli.command {
         Some(Command::Devices) => devices(),
+        Some(Command::Inspect { bundle, json, tensors }) => {
+            let opened =
+                mlxcel_bundle::Bundle::open(&bundle).with_context(|| format!("opening {}", bundle.display()))?;
+            if json {
+                let text =
+                    serde_json::to_string_pretty(&inspect::to_json(&opened, tensors)).context("encoding JSON")?;
+                println!("{text}");
+            } else {
+                print!("{}", inspect::to_text(&opened, tensors));
+            }
+            Ok(())
+        }
+        Some(Command::Verify { bundle }) => verify::run(&bundle),
         None => Ok(()),
     }
 }

@@ -1,0 +1,50 @@
+//! `mlxcel verify`: hash every byte with a progress bar.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mlxcel_bundle::{Bundle, BundleError, hex};
+
+/// Verifies the bundle at `path`, drawing a progress bar on stderr (only when
+/// it is a terminal). Prints one line per mismatch on stderr and fails when
+/// there is any.
+pub fn run(path: &Path) -> Result<()> {
+    let bundle = Bundle::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let bar = ProgressBar::with_draw_target(Some(bundle.header().file_len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} {wide_msg}")
+            .context("progress bar template")?
+            .progress_chars("=> "),
+    );
+    let mut current = String::new();
+    let result = bundle.verify(|p| {
+        bar.set_position(p.checked_bytes);
+        let name = p.region.to_string();
+        if name != current {
+            bar.set_message(name.clone());
+            current = name;
+        }
+    });
+    bar.finish_and_clear();
+    match result {
+        Ok(report) => {
+            println!(
+                "OK {}: {} bytes verified ({} tensors, {} sections), root hash {}",
+                path.display(),
+                report.checked_bytes,
+                report.tensors,
+                report.sections,
+                hex(&bundle.root_hash())
+            );
+            Ok(())
+        }
+        Err(BundleError::VerifyFailed { failures }) => {
+            for failure in &failures {
+                eprintln!("MISMATCH {failure}");
+            }
+            bail!("{}: verification failed: {} problem(s)", path.display(), failures.len())
+        }
+        Err(e) => Err(e).with_context(|| format!("verifying {}", path.display())),
+    }
+}
