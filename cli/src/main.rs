@@ -1,6 +1,7 @@
 //! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles.
 
 mod inspect;
+mod run;
 mod verify;
 
 use std::path::PathBuf;
@@ -45,6 +46,9 @@ enum Command {
         /// The bundle file.
         bundle: PathBuf,
     },
+    /// Generate text from a bundle: one answer to `-p PROMPT`, or an
+    /// interactive chat without it.
+    Run(run::RunArgs),
 }
 
 fn version_text() -> Result<String> {
@@ -89,6 +93,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Some(Command::Verify { bundle }) => verify::run(&bundle),
+        Some(Command::Run(args)) => {
+            device::init_from_env().context("choosing the device")?;
+            run::run(args)
+        }
         None => Ok(()),
     }
 }

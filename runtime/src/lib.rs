@@ -13,6 +13,7 @@ pub mod chat;
 mod error;
 pub mod generate;
 pub mod kv_cache;
+pub mod loader;
 pub mod models;
 pub mod nn;
 pub mod sampler;

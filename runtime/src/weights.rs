@@ -31,6 +31,9 @@ pub struct Weights {
     quantized: HashMap<String, QuantSpec>,
     compute_dtype: Dtype,
     used: RefCell<BTreeSet<String>>,
+    /// Arrays computed from stored tensors (dtype conversions, folded gains),
+    /// evaluated together by [`Weights::materialize`].
+    derived: RefCell<Vec<Array>>,
 }
 
 impl Weights {
@@ -41,6 +44,7 @@ impl Weights {
             quantized: HashMap::new(),
             compute_dtype,
             used: RefCell::new(BTreeSet::new()),
+            derived: RefCell::new(Vec::new()),
         }
     }
 
@@ -98,7 +102,21 @@ impl Weights {
     }
 
     fn to_compute(&self, a: Array) -> Result<Array> {
-        Ok(if a.dtype() == self.compute_dtype { a } else { a.astype(self.compute_dtype)? })
+        Ok(if a.dtype() == self.compute_dtype { a } else { self.derive(a.astype(self.compute_dtype)?) })
+    }
+
+    /// Records an array computed from weights, so that it is evaluated at load
+    /// rather than at the first token.
+    fn derive(&self, a: Array) -> Array {
+        self.derived.borrow_mut().push(a.clone());
+        a
+    }
+
+    /// Evaluates every derived array in one pass.
+    pub fn materialize(&self) -> Result<()> {
+        let derived = std::mem::take(&mut *self.derived.borrow_mut());
+        Array::eval_all(&derived.iter().collect::<Vec<_>>())?;
+        Ok(())
     }
 
     fn quantized_weight(&self, prefix: &str, spec: QuantSpec, rows: i32, cols: i32) -> Result<Quantized> {
@@ -152,7 +170,7 @@ impl Weights {
     /// An RMS norm stored as an offset from one (Gemma: the gain is `1 + w`).
     pub fn rms_norm_offset(&self, prefix: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
         let w = self.float(&format!("{prefix}.weight"), &[dim])?;
-        Ok(RmsNorm { weight: w.add_scalar(1.0)?, eps })
+        Ok(RmsNorm { weight: self.derive(w.add_scalar(1.0)?), eps })
     }
 
     /// Fails when a tensor was never taken by the architecture.

@@ -2,7 +2,9 @@
 
 Usage: tiny_reference.py ARCH OUT_DIR [--bits N] [--seed S] [--prompt-len L] [--tokens T]
 
-Writes OUT_DIR/model.safetensors and OUT_DIR/config.json (mlx-lm's own layout:
+Writes OUT_DIR/tokenizer.json (a byte-level tokenizer: one token per byte,
+no merges, so any text round-trips with the 256-entry vocabulary),
+OUT_DIR/model.safetensors and OUT_DIR/config.json (mlx-lm's own layout:
 weights under their Hugging Face names, quantized layers as weight/scales/biases
 with `quantization` in the config) and OUT_DIR/reference.json:
   prompt            the prompt token ids
@@ -63,6 +65,25 @@ CONFIGS = {
 }
 
 
+def write_byte_tokenizer(path):
+    """A byte-level BPE tokenizer with no merges: token id = byte value."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    # GPT-2's byte-to-unicode table, which the ByteLevel pre-tokenizer uses.
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    tok = Tokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(path))
+
+
 def module_for(model_type):
     import importlib
 
@@ -108,6 +129,7 @@ def main():
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(out / "model.safetensors"), weights)
     (out / "config.json").write_text(json.dumps(config, indent=1))
+    write_byte_tokenizer(out / "tokenizer.json")
 
     prompt = mx.array([(i * 37 + 11) % config["vocab_size"] for i in range(a.prompt_len)], dtype=mx.uint32)
     logits = model(prompt[None])[0, -1].astype(mx.float32)

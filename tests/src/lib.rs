@@ -48,3 +48,72 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
+
+/// The chat template of tiny test bundles.
+pub const TINY_CHAT_TEMPLATE: &str = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+
+/// A tiny random model made by mlx-lm (tests/python/tiny_reference.py) in
+/// `dir`, written as a bundle `dir/model.mlxb` with a byte-level tokenizer,
+/// [`TINY_CHAT_TEMPLATE`] and end token 255. Returns the bundle's path.
+pub fn tiny_bundle(dir: &Path, arch: &str, bits: u32) -> PathBuf {
+    use mlxcel_bundle::{BundleWriter, Dtype, ModelInfo, Quantization, TensorSpec};
+    let src = dir.join("source");
+    let src_arg = src.to_str().expect("utf-8 temp path");
+    let bits_arg = bits.to_string();
+    let mut args = vec![arch, src_arg, "--tokens", "1"];
+    if bits > 0 {
+        args.extend(["--bits", &bits_arg]);
+    }
+    run_reference_script("tiny_reference.py", &args);
+    let config = read_json(&src.join("config.json"));
+    let architecture = match config["model_type"].as_str().expect("model_type") {
+        "gemma3_text" => "gemma3",
+        other => other,
+    };
+    let path = dir.join("model.mlxb");
+    let model = ModelInfo {
+        architecture: architecture.to_string(),
+        name: format!("tiny-{arch}"),
+        config_json: config.to_string(),
+    };
+    let mut w = BundleWriter::create(&path, model).expect("create bundle");
+    w.add_tokenizer_json(std::fs::File::open(src.join("tokenizer.json")).expect("tokenizer.json")).expect("tokenizer");
+    w.set_chat_template(TINY_CHAT_TEMPLATE);
+    w.set_generation_defaults_json(r#"{"eos_token_id": 255, "bos_token_id": 1}"#);
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("weights");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+    names.sort();
+    for name in names {
+        let view = st.tensor(&name).expect("listed tensor");
+        let dtype = match view.dtype() {
+            safetensors::Dtype::F32 => Dtype::F32,
+            safetensors::Dtype::U32 => Dtype::U32,
+            other => panic!("{name}: unexpected dtype {other:?}"),
+        };
+        let shape: Vec<u64> = view.shape().iter().map(|&d| d as u64).collect();
+        let mut spec = TensorSpec::new(name.clone(), dtype, shape);
+        if let Some(prefix) = name.strip_suffix(".weight").filter(|p| st.tensor(&format!("{p}.scales")).is_ok()) {
+            let q = &config["quantization"];
+            spec = spec.quantized(Quantization {
+                mode: "affine".into(),
+                bits: q["bits"].as_u64().expect("bits") as u32,
+                group_size: q["group_size"].as_u64().expect("group_size") as u32,
+                scales: format!("{prefix}.scales"),
+                biases: Some(format!("{prefix}.biases")),
+            });
+        }
+        w.add_tensor_bytes(spec, view.data()).expect("tensor");
+    }
+    w.finish().expect("finish bundle");
+    path
+}
+
+/// The `mlxcel` binary built for this test run.
+pub fn mlxcel_bin() -> PathBuf {
+    // Test executables live in <target>/<profile>/deps; binaries one level up.
+    let exe = std::env::current_exe().expect("test executable path");
+    let p = exe.parent().and_then(Path::parent).expect("target profile folder").join("mlxcel");
+    assert!(p.is_file(), "{} is missing: build the workspace first (cargo build)", p.display());
+    p
+}

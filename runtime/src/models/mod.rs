@@ -48,6 +48,7 @@ pub fn build(architecture: &str, config: &Value, weights: &Weights) -> Result<Bo
         }
     };
     weights.check_all_used(architecture)?;
+    weights.materialize()?;
     Ok(model)
 }
 

@@ -1,0 +1,210 @@
+//! Opening a bundle: map it, validate it, copy its tensors into MLX arrays,
+//! build the architecture, and load the tokenizer, chat template and
+//! generation defaults.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR};
+use mlxcel_mlx::{Array, Device, Dtype, QuantMode};
+use serde_json::Value;
+
+use crate::backend::{MlxBackend, MlxOptions};
+use crate::chat::ChatTemplate;
+use crate::error::{Error, Result};
+use crate::models;
+use crate::tokenizer::Tokenizer;
+use crate::weights::{QuantSpec, Weights};
+
+/// How to load a bundle.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// The dtype activations are computed in (default: f32 on the CPU, where
+    /// MLX's low-precision kernels accumulate in low precision, else bf16).
+    pub compute_dtype: Option<Dtype>,
+    /// Backend settings (prefill chunk, KV cap).
+    pub backend: MlxOptions,
+}
+
+/// Sampling and stopping defaults the model ships with (Hugging Face
+/// `generation_config.json` keys).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerationDefaults {
+    /// Tokens that end generation.
+    pub eos_token_ids: Vec<u32>,
+    /// The beginning-of-sequence token.
+    pub bos_token_id: Option<u32>,
+    /// Suggested temperature.
+    pub temperature: Option<f32>,
+    /// Suggested top-p.
+    pub top_p: Option<f32>,
+    /// Suggested top-k.
+    pub top_k: Option<usize>,
+}
+
+impl GenerationDefaults {
+    /// Parses the bundle's generation defaults JSON.
+    pub fn from_json(text: &str) -> Result<GenerationDefaults> {
+        let v: Value = serde_json::from_str(text).map_err(|e| Error::Bundle(format!("generation defaults: {e}")))?;
+        let ids = |key: &str| -> Vec<u32> {
+            match v.get(key) {
+                Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+                Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let num = |key: &str| v.get(key).and_then(Value::as_f64);
+        Ok(GenerationDefaults {
+            eos_token_ids: ids("eos_token_id"),
+            bos_token_id: ids("bos_token_id").first().copied(),
+            temperature: num("temperature").map(|x| x as f32),
+            top_p: num("top_p").map(|x| x as f32),
+            top_k: num("top_k").map(|x| x as usize),
+        })
+    }
+}
+
+/// A model ready to generate.
+pub struct LoadedModel {
+    /// The MLX backend holding the model.
+    pub backend: MlxBackend,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The chat template, if the bundle has one.
+    pub chat_template: Option<ChatTemplate>,
+    /// Generation defaults.
+    pub defaults: GenerationDefaults,
+    /// The bundle's architecture name.
+    pub architecture: String,
+    /// The bundle's model name.
+    pub name: String,
+    /// Bytes of tensor data loaded.
+    pub weight_bytes: u64,
+    /// Time from opening the file to the model being ready.
+    pub load_time: Duration,
+}
+
+fn mlx_dtype(d: BundleDtype) -> Option<Dtype> {
+    Some(match d {
+        BundleDtype::Bool => Dtype::Bool,
+        BundleDtype::U8 => Dtype::U8,
+        BundleDtype::U16 => Dtype::U16,
+        BundleDtype::U32 => Dtype::U32,
+        BundleDtype::U64 => Dtype::U64,
+        BundleDtype::I8 => Dtype::I8,
+        BundleDtype::I16 => Dtype::I16,
+        BundleDtype::I32 => Dtype::I32,
+        BundleDtype::I64 => Dtype::I64,
+        BundleDtype::F16 => Dtype::F16,
+        BundleDtype::Bf16 => Dtype::BF16,
+        BundleDtype::F32 => Dtype::F32,
+        BundleDtype::F64 => Dtype::F64,
+        BundleDtype::C64 => Dtype::Complex64,
+    })
+}
+
+fn quant_mode(mode: &str) -> Option<QuantMode> {
+    Some(match mode {
+        "affine" => QuantMode::Affine,
+        "mxfp4" => QuantMode::Mxfp4,
+        "mxfp8" => QuantMode::Mxfp8,
+        "nvfp4" => QuantMode::Nvfp4,
+        _ => return None,
+    })
+}
+
+/// The tensors of `bundle` as MLX arrays, with quantized weights marked.
+pub fn weights_from_bundle(bundle: &Bundle, compute_dtype: Dtype) -> Result<(Weights, u64)> {
+    let mut weights = Weights::new(compute_dtype);
+    let mut bytes = 0u64;
+    for t in bundle.tensors() {
+        let name = t.name();
+        let bad = |message: String| Error::Weight { name: name.to_string(), message };
+        if t.layout() != LAYOUT_ROW_MAJOR {
+            return Err(bad(format!("has layout {:?}, which this runtime cannot read", t.layout())));
+        }
+        let dtype = mlx_dtype(t.dtype()).ok_or_else(|| bad(format!("has dtype {:?}", t.dtype())))?;
+        let shape = t
+            .shape()
+            .iter()
+            .map(|&d| i32::try_from(d).map_err(|_| bad(format!("dimension {d} is too large"))))
+            .collect::<Result<Vec<i32>>>()?;
+        weights.insert(name, Array::from_bytes(t.data(), &shape, dtype)?);
+        bytes += t.byte_len();
+        if let Some(q) = t.quantization() {
+            let prefix = name
+                .strip_suffix(".weight")
+                .ok_or_else(|| bad("is quantized but its name does not end in .weight".into()))?;
+            let expected_scales = format!("{prefix}.scales");
+            let expected_biases = format!("{prefix}.biases");
+            if q.scales != expected_scales || q.biases.is_some_and(|b| b != expected_biases) {
+                return Err(bad(format!(
+                    "names its scales/biases {:?}/{:?}; the runtime expects {expected_scales}/{expected_biases}",
+                    q.scales, q.biases
+                )));
+            }
+            let mode = quant_mode(q.mode).ok_or_else(|| bad(format!("has unknown quantization mode {:?}", q.mode)))?;
+            weights.mark_quantized(prefix, QuantSpec { group_size: q.group_size as i32, bits: q.bits as i32, mode });
+        }
+    }
+    Ok((weights, bytes))
+}
+
+/// Opens the bundle at `path` and builds everything generation needs.
+pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
+    let start = Instant::now();
+    let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
+    let architecture = bundle.architecture().to_string();
+    // Refuse an unknown architecture before copying any weight.
+    if !models::SUPPORTED.contains(&canonical_architecture(&architecture)) {
+        return Err(Error::UnsupportedArchitecture { found: architecture, supported: models::SUPPORTED.to_vec() });
+    }
+    let config: Value = serde_json::from_str(bundle.config_json())
+        .map_err(|e| Error::Bundle(format!("the model config is not JSON: {e}")))?;
+    let defaults = match bundle.generation_defaults_json() {
+        Some(text) => GenerationDefaults::from_json(text)?,
+        None => GenerationDefaults::default(),
+    };
+    let tokenizer_json =
+        bundle.tokenizer_json().ok_or_else(|| Error::Bundle("the bundle has no tokenizer section".into()))?;
+    // The tokenizer parses while the weights are copied.
+    let (tokenizer, model_parts) = std::thread::scope(|s| {
+        let eos = defaults.eos_token_ids.clone();
+        let bos = defaults.bos_token_id;
+        let tok = s.spawn(move || Tokenizer::from_json(tokenizer_json, eos, bos));
+        let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
+        let built = weights_from_bundle(&bundle, compute).and_then(|(w, bytes)| {
+            let model = models::build(&architecture, &config, &w)?;
+            Ok((model, bytes))
+        });
+        let tok = tok.join().unwrap_or_else(|_| Err(Error::Tokenizer("the tokenizer thread panicked".into())));
+        (tok, built)
+    });
+    let tokenizer = tokenizer?;
+    let (model, weight_bytes) = model_parts?;
+    let chat_template = bundle.chat_template().map(ChatTemplate::new).transpose()?;
+    let backend = MlxBackend::new(model, options.backend.clone())?;
+    Ok(LoadedModel {
+        backend,
+        tokenizer,
+        chat_template,
+        defaults,
+        name: bundle.model_name().to_string(),
+        architecture,
+        weight_bytes,
+        load_time: start.elapsed(),
+    })
+}
+
+/// The dtype activations use by default on the current device.
+pub fn default_compute_dtype() -> Dtype {
+    if mlxcel_mlx::device::default_device() == Device::Gpu { Dtype::BF16 } else { Dtype::F32 }
+}
+
+fn canonical_architecture(a: &str) -> &str {
+    match a {
+        "mistral" => "llama",
+        "gemma3_text" => "gemma3",
+        other => other,
+    }
+}
