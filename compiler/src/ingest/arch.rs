@@ -212,25 +212,29 @@ impl ModelConfig {
         let kv = self.num_key_value_heads()?;
         let hd = self.head_dim()?;
         let inter = self.intermediate_size();
+        // Saturating: config values are untrusted input and must not overflow.
+        let mul = |a: usize, b: usize| a.saturating_mul(b);
         Some(match leaf {
             "input_layernorm.weight"
             | "post_attention_layernorm.weight"
             | "pre_feedforward_layernorm.weight"
             | "post_feedforward_layernorm.weight" => (vec![h], "[hidden_size]"),
             "self_attn.q_norm.weight" | "self_attn.k_norm.weight" => (vec![hd], "[head_dim]"),
-            "self_attn.q_proj.weight" => (vec![heads * hd, h], "[num_attention_heads * head_dim, hidden_size]"),
+            "self_attn.q_proj.weight" => (vec![mul(heads, hd), h], "[num_attention_heads * head_dim, hidden_size]"),
             "self_attn.k_proj.weight" | "self_attn.v_proj.weight" => {
-                (vec![kv * hd, h], "[num_key_value_heads * head_dim, hidden_size]")
+                (vec![mul(kv, hd), h], "[num_key_value_heads * head_dim, hidden_size]")
             }
-            "self_attn.q_proj.bias" => (vec![heads * hd], "[num_attention_heads * head_dim]"),
-            "self_attn.k_proj.bias" | "self_attn.v_proj.bias" => (vec![kv * hd], "[num_key_value_heads * head_dim]"),
-            "self_attn.o_proj.weight" => (vec![h, heads * hd], "[hidden_size, num_attention_heads * head_dim]"),
+            "self_attn.q_proj.bias" => (vec![mul(heads, hd)], "[num_attention_heads * head_dim]"),
+            "self_attn.k_proj.bias" | "self_attn.v_proj.bias" => {
+                (vec![mul(kv, hd)], "[num_key_value_heads * head_dim]")
+            }
+            "self_attn.o_proj.weight" => (vec![h, mul(heads, hd)], "[hidden_size, num_attention_heads * head_dim]"),
             "self_attn.qkv_proj.weight" => (
                 vec![(heads + 2 * kv) * hd, h],
                 "[(num_attention_heads + 2 * num_key_value_heads) * head_dim, hidden_size]",
             ),
             "mlp.gate_proj.weight" | "mlp.up_proj.weight" => (vec![inter?, h], "[intermediate_size, hidden_size]"),
-            "mlp.gate_up_proj.weight" => (vec![2 * inter?, h], "[2 * intermediate_size, hidden_size]"),
+            "mlp.gate_up_proj.weight" => (vec![mul(2, inter?), h], "[2 * intermediate_size, hidden_size]"),
             "mlp.down_proj.weight" => (vec![h, inter?], "[hidden_size, intermediate_size]"),
             _ => return None,
         })

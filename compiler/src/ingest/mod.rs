@@ -29,6 +29,7 @@
 
 pub mod arch;
 pub mod error;
+pub mod export;
 pub mod gguf;
 mod hf;
 mod mmap;

@@ -108,6 +108,12 @@ pub fn build_config(file: &GgufFile, arch: Architecture, tok: &GgufTokenizerInfo
         _ => hidden / heads,
     };
     let layers = m.need("block_count")?;
+    if layers == 0 || layers > 100_000 {
+        return Err(IngestError::config(
+            path,
+            format!("{prefix}.block_count = {layers} is not a plausible layer count"),
+        ));
+    }
     let embed = file.tensor("token_embd.weight");
     let vocab = match m.u64("vocab_size")? {
         Some(v) => v,

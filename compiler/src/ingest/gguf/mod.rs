@@ -125,7 +125,7 @@ impl GgufSource {
         let Some(n_head) = n_head else { return Ok(Cow::Borrowed(data)) };
         let rows = info.shape.first().copied().unwrap_or(0);
         let err = |m: String| IngestError::tensor(self.file.path(), &info.name, g.offset, m);
-        if n_head == 0 || rows % (2 * n_head) != 0 {
+        if n_head == 0 || rows == 0 || rows % (2 * n_head) != 0 {
             return Err(err(format!("{rows} rows cannot be un-permuted for {n_head} heads")));
         }
         let row_bytes = data.len() / rows;
