@@ -96,10 +96,14 @@ fn every_ggml_type_dequantizes_like_gguf_py_and_affine_ones_transcode_losslessly
             let cols = 256;
             let rows = got.len() / cols;
             let q = Quantized {
-                weight: Array::from_slice(&parts.weight, &[rows as i32, (cols * parts.bits as usize / 32) as i32])
-                    .unwrap(),
-                scales: Array::from_slice(&parts.scales, &[rows as i32, (cols / 32) as i32]).unwrap(),
-                biases: Some(Array::from_slice(&parts.biases, &[rows as i32, (cols / 32) as i32]).unwrap()),
+                weight: Array::from_bytes(
+                    &parts.weight,
+                    &[rows as i32, (cols * parts.bits as usize / 32) as i32],
+                    Dtype::U32,
+                )
+                .unwrap(),
+                scales: Array::from_bytes(&parts.scales, &[rows as i32, (cols / 32) as i32], Dtype::F32).unwrap(),
+                biases: Some(Array::from_bytes(&parts.biases, &[rows as i32, (cols / 32) as i32], Dtype::F32).unwrap()),
                 group_size: 32,
                 bits: parts.bits as i32,
                 mode: QuantMode::Affine,
@@ -346,7 +350,7 @@ fn mlx_directory_with_per_layer_quantization_overrides() {
             "{name}"
         );
         let TensorData::Affine(q) = m.load(info).unwrap() else { panic!("{name} should load quantized") };
-        assert_eq!((q.bits, q.group_size), (bits, gs as usize));
+        assert_eq!((q.bits, q.group_size), (bits, gs));
         assert_eq!(m.load_float(info).unwrap().to_f32(), arrays[name], "{name}");
     }
 

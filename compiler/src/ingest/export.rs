@@ -34,7 +34,7 @@ pub fn write_hf_directory(model: &SourceModel, out: &Path, dtype: FloatDtype) ->
         offset += n;
     }
     let mut text = Value::Object(header).to_string().into_bytes();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let path = out.join("model.safetensors");

@@ -150,25 +150,25 @@ impl SourceModel {
         let config = self.config();
         let layers = config.num_hidden_layers();
         for t in self.tensors() {
-            if let (Some(l), Some(n)) = (ModelConfig::layer_of(&t.name), layers) {
-                if l >= n {
-                    return Err(IngestError::ShapeMismatch {
-                        path: t.file.clone(),
-                        tensor: t.name.clone(),
-                        found: t.shape.clone(),
-                        expected: format!("layer {l} does not exist: num_hidden_layers is {n}"),
-                    });
-                }
+            if let (Some(l), Some(n)) = (ModelConfig::layer_of(&t.name), layers)
+                && l >= n
+            {
+                return Err(IngestError::ShapeMismatch {
+                    path: t.file.clone(),
+                    tensor: t.name.clone(),
+                    found: t.shape.clone(),
+                    expected: format!("layer {l} does not exist: num_hidden_layers is {n}"),
+                });
             }
-            if let Some((expected, keys)) = config.expected_shape(&t.name) {
-                if expected != t.shape {
-                    return Err(IngestError::ShapeMismatch {
-                        path: t.file.clone(),
-                        tensor: t.name.clone(),
-                        found: t.shape.clone(),
-                        expected: format!("{expected:?} = {keys}"),
-                    });
-                }
+            if let Some((expected, keys)) = config.expected_shape(&t.name)
+                && expected != t.shape
+            {
+                return Err(IngestError::ShapeMismatch {
+                    path: t.file.clone(),
+                    tensor: t.name.clone(),
+                    found: t.shape.clone(),
+                    expected: format!("{expected:?} = {keys}"),
+                });
             }
         }
         Ok(())

@@ -184,10 +184,10 @@ impl GgufWriter {
     }
 
     pub fn kv(&mut self, key: &str, v: Val<'_>) -> &mut Self {
-        if key == "general.alignment" {
-            if let Val::U32(a) = v {
-                self.alignment = u64::from(a);
-            }
+        if key == "general.alignment"
+            && let Val::U32(a) = v
+        {
+            self.alignment = u64::from(a);
         }
         put_str(&mut self.kv, key);
         self.kv.extend(v.ty().to_le_bytes());
@@ -223,12 +223,12 @@ impl GgufWriter {
             out.extend(ty.to_le_bytes());
             out.extend(off.to_le_bytes());
         }
-        while out.len() as u64 % self.alignment != 0 {
+        while !(out.len() as u64).is_multiple_of(self.alignment) {
             out.push(0);
         }
         for (_, _, _, data) in &self.tensors {
             out.extend(data);
-            while out.len() as u64 % self.alignment != 0 {
+            while !(out.len() as u64).is_multiple_of(self.alignment) {
                 out.push(0);
             }
         }

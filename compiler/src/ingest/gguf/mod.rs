@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use self::quant::{GgmlType, dequantize, permute_rows, transcode_affine};
+use self::quant::{GgmlType, dequantize, dequantize_to_bytes, permute_rows, transcode_affine};
 use self::reader::{GgufFile, GgufTensorInfo, GgufValue};
 use self::tokenizer::GgufTokenizerInfo;
 use super::arch::{Architecture, ModelConfig};
@@ -160,15 +160,19 @@ impl GgufSource {
                 };
                 FloatTensor { dtype, shape: info.shape.clone(), data: raw }
             }
-            t => {
+            t if self.norm_offset(info) => {
                 let mut values = dequantize(t, &raw).ok_or_else(|| {
                     IngestError::tensor(path, &info.name, g.offset, format!("ggml type {t} cannot be dequantized"))
                 })?;
-                if self.norm_offset(info) {
-                    // GGUF stores Gemma's norm weights as w + 1.
-                    values.iter_mut().for_each(|v| *v -= 1.0);
-                }
+                // GGUF stores Gemma's norm weights as w + 1.
+                values.iter_mut().for_each(|v| *v -= 1.0);
                 FloatTensor::from_f32(info.shape.clone(), &values)
+            }
+            t => {
+                let bytes = dequantize_to_bytes(t, &raw).ok_or_else(|| {
+                    IngestError::tensor(path, &info.name, g.offset, format!("ggml type {t} cannot be dequantized"))
+                })?;
+                FloatTensor { dtype: FloatDtype::F32, shape: info.shape.clone(), data: Cow::Owned(bytes) }
             }
         };
         Ok(float)
@@ -187,15 +191,13 @@ impl GgufSource {
         if let Some(last) = gshape.last_mut() {
             *last /= quant::AFFINE_GROUP;
         }
-        let bits = parts.bits;
-        let weight: Vec<u8> = parts.weight.iter().flat_map(|w| w.to_le_bytes()).collect();
         Ok(TensorData::Affine(AffineTensor {
             shape: info.shape.clone(),
-            bits,
+            bits: parts.bits,
             group_size: quant::AFFINE_GROUP,
-            weight: Cow::Owned(weight),
-            scales: FloatTensor::from_f32(gshape.clone(), &parts.scales),
-            biases: FloatTensor::from_f32(gshape, &parts.biases),
+            weight: Cow::Owned(parts.weight),
+            scales: FloatTensor { dtype: FloatDtype::F32, shape: gshape.clone(), data: Cow::Owned(parts.scales) },
+            biases: FloatTensor { dtype: FloatDtype::F32, shape: gshape, data: Cow::Owned(parts.biases) },
         }))
     }
 }

@@ -345,16 +345,22 @@ fn dequantize_block(ty: GgmlType, b: &[u8], out: &mut [f32]) {
 /// whole number of blocks.
 pub fn dequantize(ty: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
     match ty {
-        GgmlType::F32 => (data.len() % 4 == 0)
+        GgmlType::F32 => data
+            .len()
+            .is_multiple_of(4)
             .then(|| data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-        GgmlType::F16 => (data.len() % 2 == 0)
+        GgmlType::F16 => data
+            .len()
+            .is_multiple_of(2)
             .then(|| data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()),
-        GgmlType::BF16 => (data.len() % 2 == 0)
+        GgmlType::BF16 => data
+            .len()
+            .is_multiple_of(2)
             .then(|| data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()),
         _ if ty.can_dequantize() => {
             let (n, bytes) = ty.block();
             let (n, bytes) = (n as usize, bytes as usize);
-            if data.len() % bytes != 0 {
+            if !data.len().is_multiple_of(bytes) {
                 return None;
             }
             let mut out = vec![0f32; data.len() / bytes * n];
@@ -367,6 +373,31 @@ pub fn dequantize(ty: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
     }
 }
 
+/// Dequantizes `data` like [`dequantize`], straight into little-endian f32
+/// bytes: the output is the only allocation, whatever the tensor's size.
+pub fn dequantize_to_bytes(ty: GgmlType, data: &[u8]) -> Option<Vec<u8>> {
+    let (n, bytes) = ty.block();
+    let (n, bytes) = (n as usize, bytes as usize);
+    if !ty.can_dequantize() || !data.len().is_multiple_of(bytes) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(data.len() / bytes * n * 4);
+    let mut buf = [0f32; 256];
+    for b in data.chunks_exact(bytes) {
+        let block = &mut buf[..n];
+        match ty {
+            GgmlType::F32 => block[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            GgmlType::F16 => block[0] = half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            GgmlType::BF16 => block[0] = half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+            _ => dequantize_block(ty, b, block),
+        }
+        for v in block.iter() {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    Some(out)
+}
+
 /// A tensor in MLX's affine layout: per row, `bits`-bit codes packed
 /// little-endian into u32 words (first element in the lowest bits, a group of
 /// 32 codes filling exactly `bits` words), and one f32 scale and bias per group.
@@ -374,12 +405,19 @@ pub fn dequantize(ty: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
 pub struct AffineParts {
     /// Bits per code.
     pub bits: u32,
-    /// The packed codes, `n_elements · bits / 32` words.
-    pub weight: Vec<u32>,
-    /// One scale per group of 32.
-    pub scales: Vec<f32>,
-    /// One bias per group of 32.
-    pub biases: Vec<f32>,
+    /// The packed codes, `n_elements · bits / 32` u32 words, as little-endian bytes.
+    pub weight: Vec<u8>,
+    /// One scale per group of 32, little-endian f32.
+    pub scales: Vec<u8>,
+    /// One bias per group of 32, little-endian f32.
+    pub biases: Vec<u8>,
+}
+
+impl AffineParts {
+    /// The packed words.
+    pub fn words(&self) -> Vec<u32> {
+        self.weight.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
 }
 
 /// Transcodes `data` (whole blocks of `ty`) to MLX affine group-32 without
@@ -388,35 +426,35 @@ pub fn transcode_affine(ty: GgmlType, data: &[u8]) -> Option<AffineParts> {
     let bits = ty.affine_bits()?;
     let (n, bytes) = ty.block();
     let (n, bytes) = (n as usize, bytes as usize);
-    if data.len() % bytes != 0 {
+    if !data.len().is_multiple_of(bytes) {
         return None;
     }
     let groups = data.len() / bytes * n / AFFINE_GROUP;
     let mut out = AffineParts {
         bits,
-        weight: Vec::with_capacity(groups * bits as usize),
-        scales: Vec::with_capacity(groups),
-        biases: Vec::with_capacity(groups),
+        weight: Vec::with_capacity(groups * bits as usize * 4),
+        scales: Vec::with_capacity(groups * 4),
+        biases: Vec::with_capacity(groups * 4),
     };
     for b in data.chunks_exact(bytes) {
         affine_groups(ty, b, |g| {
             pack_group(&g.codes, bits, &mut out.weight);
-            out.scales.push(g.scale);
-            out.biases.push(g.bias);
+            out.scales.extend_from_slice(&g.scale.to_le_bytes());
+            out.biases.extend_from_slice(&g.bias.to_le_bytes());
         });
     }
     Some(out)
 }
 
-/// Packs 32 codes of `bits` bits into `bits` u32 words, little-endian.
-fn pack_group(codes: &[u8; 32], bits: u32, out: &mut Vec<u32>) {
+/// Packs 32 codes of `bits` bits into `bits` u32 words, little-endian, as bytes.
+fn pack_group(codes: &[u8; 32], bits: u32, out: &mut Vec<u8>) {
     let mut acc: u64 = 0;
     let mut filled = 0u32;
     for &c in codes {
         acc |= u64::from(c) << filled;
         filled += bits;
         if filled >= 32 {
-            out.push(acc as u32);
+            out.extend_from_slice(&(acc as u32).to_le_bytes());
             acc >>= 32;
             filled -= 32;
         }
@@ -472,8 +510,9 @@ mod tests {
             for (i, c) in codes.iter_mut().enumerate() {
                 *c = ((i * 7 + 3) % (1 << bits)) as u8;
             }
-            let mut words = Vec::new();
-            pack_group(&codes, bits, &mut words);
+            let mut bytes = Vec::new();
+            pack_group(&codes, bits, &mut bytes);
+            let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             assert_eq!(words.len(), bits as usize);
             assert_eq!(unpack_codes(&words, bits, 32), codes.to_vec());
         }
@@ -490,10 +529,17 @@ mod tests {
         assert_eq!(w[16], 7.0);
         assert_eq!(w[31], -8.0);
         let t = transcode_affine(GgmlType::Q4_0, &b).unwrap();
-        assert_eq!((t.scales[0], t.biases[0]), (1.0, -8.0));
-        assert_eq!(t.weight[0] & 0xF, 0);
-        assert_eq!((t.weight[0] >> 4) & 0xF, 1);
-        assert_eq!(t.weight[2] & 0xF, 15);
+        assert_eq!(t.scales, 1.0f32.to_le_bytes());
+        assert_eq!(t.biases, (-8.0f32).to_le_bytes());
+        let w = t.words();
+        assert_eq!(w[0] & 0xF, 0);
+        assert_eq!((w[0] >> 4) & 0xF, 1);
+        assert_eq!(w[2] & 0xF, 15);
+        assert_eq!(dequantize_to_bytes(GgmlType::Q4_0, &b).unwrap(), w_bytes(&dequantize(GgmlType::Q4_0, &b).unwrap()));
+    }
+
+    fn w_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
     #[test]
