@@ -303,6 +303,92 @@ fn hf_directory_with_bf16_and_generation_defaults_from_config() {
 }
 
 #[test]
+fn sharded_hf_directory_with_an_index() {
+    let tmp = TempDir::new("shards");
+    let dir = tmp.path();
+    std::fs::write(dir.join("config.json"), tiny_config().to_string()).unwrap();
+    let a = f32_tensor("model.embed_tokens.weight", &[8, 64]);
+    let b = f32_tensor("model.layers.0.self_attn.q_proj.weight", &[64, 64]);
+    let c = f32_tensor("model.norm.weight", &[64]);
+    write_safetensors(&dir.join("model-00001-of-00002.safetensors"), &[a.clone(), c.clone()]);
+    write_safetensors(&dir.join("model-00002-of-00002.safetensors"), std::slice::from_ref(&b));
+    let index = json!({"metadata": {"total_size": 0}, "weight_map": {
+        a.0: "model-00001-of-00002.safetensors",
+        c.0: "model-00001-of-00002.safetensors",
+        b.0: "model-00002-of-00002.safetensors",
+    }});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let m = SourceModel::open(dir).unwrap();
+    assert_eq!(m.tensors().len(), 3);
+    for (name, _, shape, bytes) in [&a, &b, &c] {
+        let info = m.tensor(name).unwrap();
+        assert_eq!(&info.shape, shape);
+        assert_eq!(m.load_float(info).unwrap().data.as_ref(), bytes.as_slice(), "{name}");
+    }
+    assert!(
+        m.tensor("model.layers.0.self_attn.q_proj.weight").unwrap().file.ends_with("model-00002-of-00002.safetensors")
+    );
+    let files = m.source_files();
+    assert!(files.iter().any(|f| f.ends_with("model.safetensors.index.json")));
+    assert_eq!(files.iter().filter(|f| f.extension().is_some_and(|e| e == "safetensors")).count(), 2);
+
+    // A tensor in two shards is an error naming it.
+    write_safetensors(&dir.join("model-00002-of-00002.safetensors"), &[b.clone(), c.clone()]);
+    let e = SourceModel::open(dir).unwrap_err().to_string();
+    assert!(e.contains("model.norm.weight") && e.contains("more than one shard"), "{e}");
+}
+
+#[test]
+fn qwen2_gguf_config_and_biases() {
+    let tmp = TempDir::new("qwen2");
+    let path = tmp.path().join("q.gguf");
+    let tokens: Vec<Val<'_>> = ["a", "b", "ab", "<|endoftext|>"].iter().map(|t| Val::Str(t)).collect();
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Val::Str("qwen2"))
+        .kv("qwen2.embedding_length", Val::U32(64))
+        .kv("qwen2.feed_forward_length", Val::U32(128))
+        .kv("qwen2.block_count", Val::U32(1))
+        .kv("qwen2.context_length", Val::U32(32768))
+        .kv("qwen2.attention.head_count", Val::U32(4))
+        .kv("qwen2.attention.head_count_kv", Val::U32(2))
+        .kv("qwen2.attention.layer_norm_rms_epsilon", Val::F32(1e-6))
+        .kv("qwen2.rope.freq_base", Val::F32(1_000_000.0))
+        .kv("qwen2.rope.scaling.type", Val::Str("yarn"))
+        .kv("qwen2.rope.scaling.factor", Val::F32(4.0))
+        .kv("qwen2.rope.scaling.original_context_length", Val::U32(32768))
+        .kv("tokenizer.ggml.model", Val::Str("gpt2"))
+        .kv("tokenizer.ggml.pre", Val::Str("qwen2"))
+        .kv("tokenizer.ggml.tokens", Val::Arr(8, tokens))
+        .kv("tokenizer.ggml.token_type", Val::Arr(5, [1, 1, 1, 3].iter().map(|&t| Val::I32(t)).collect()))
+        .kv("tokenizer.ggml.merges", Val::Arr(8, vec![Val::Str("a b")]))
+        .kv("tokenizer.ggml.eos_token_id", Val::U32(3))
+        .tensor("token_embd.weight", &[64, 4], 0, f32_bytes(&[0.0; 64 * 4]))
+        .tensor("output.weight", &[64, 4], 0, f32_bytes(&[0.0; 64 * 4]))
+        .tensor("blk.0.attn_q.weight", &[64, 64], 0, f32_bytes(&[0.0; 64 * 64]))
+        .tensor("blk.0.attn_q.bias", &[64], 0, f32_bytes(&(0..64).map(|i| i as f32).collect::<Vec<_>>()))
+        .tensor("blk.0.attn_k.bias", &[32], 0, f32_bytes(&[0.0; 32]));
+    w.write(&path);
+    let m = SourceModel::open(&path).unwrap();
+    let c = &m.config().json;
+    assert_eq!(c["model_type"], "qwen2");
+    assert_eq!(c["architectures"][0], "Qwen2ForCausalLM");
+    assert_eq!(c["head_dim"], 16);
+    assert_eq!(c["tie_word_embeddings"], false);
+    assert_eq!(
+        c["rope_scaling"],
+        json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
+    );
+    assert_eq!(c["rope_theta"].as_f64(), Some(1e6));
+    assert!(m.tensor("lm_head.weight").is_some());
+    // Qwen's q rows are not permuted in GGUF: the bias comes back as stored.
+    let bias = m.tensor("model.layers.0.self_attn.q_proj.bias").unwrap();
+    assert_eq!(m.load_float(bias).unwrap().to_f32(), (0..64).map(|i| i as f32).collect::<Vec<_>>());
+    assert_eq!(m.generation().unwrap().eos_token_ids, vec![3]);
+    let t: tokenizers::Tokenizer = m.tokenizer().unwrap().tokenizer_json.parse().unwrap();
+    assert_eq!(t.encode("ab<|endoftext|>", false).unwrap().get_ids(), &[2, 3]);
+}
+
+#[test]
 fn mlx_directory_with_per_layer_quantization_overrides() {
     let tmp = TempDir::new("tiny-mlx");
     let dir = tmp.path();

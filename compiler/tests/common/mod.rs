@@ -48,18 +48,6 @@ pub fn run_python(script: &str, args: &[&Path]) {
     );
 }
 
-/// Runs a Python module (`-m`) of the reference environment.
-pub fn run_python_module(args: &[&str]) {
-    let out = Command::new(python()).arg("-m").args(args).output().expect("could not start the reference Python");
-    assert!(
-        out.status.success(),
-        "python -m {args:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A fresh temporary directory, removed on drop.
 pub struct TempDir(pub PathBuf);
 
