@@ -607,6 +607,20 @@ fn truncated_and_corrupt_ggufs_name_the_file_tensor_and_offset() {
     std::fs::write(&path, &bad).unwrap();
     assert!(err_of(&path).to_string().contains("GGUF version 7"));
 
+    // No vocabulary: the weights open, the tokenizer is the error.
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Val::Str("llama"))
+        .kv("llama.embedding_length", Val::U32(64))
+        .kv("llama.feed_forward_length", Val::U32(128))
+        .kv("llama.block_count", Val::U32(1))
+        .kv("llama.attention.head_count", Val::U32(2))
+        .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5))
+        .tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
+    w.write(&path);
+    let m = SourceModel::open(&path).unwrap();
+    let e = m.tokenizer().unwrap_err().to_string();
+    assert!(e.contains("cut.gguf") && e.contains("no tokenizer.ggml.tokens"), "{e}");
+
     // An unknown ggml type is named with its tensor.
     let mut w = GgufWriter::new();
     w.kv("general.architecture", Val::Str("llama")).tensor("token_embd.weight", &[4], 99, vec![0; 16]);

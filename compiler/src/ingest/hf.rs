@@ -361,7 +361,13 @@ impl SafetensorsSource {
     pub(crate) fn source_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.dir.join("config.json")];
         files.extend(self.shards.iter().map(|s| s.path.clone()));
-        for f in ["model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        for f in [
+            "model.safetensors.index.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "chat_template.jinja",
+            "generation_config.json",
+        ] {
             let p = self.dir.join(f);
             if p.is_file() {
                 files.push(p);

@@ -146,8 +146,11 @@ fn numbers<T>(file: &GgufFile, key: &str, conv: impl Fn(&GgufValue) -> Option<T>
 /// The tokenizer facts of a GGUF, without building the tokenizer.
 pub fn tokenizer_info(file: &GgufFile) -> Result<GgufTokenizerInfo> {
     let path = file.path();
-    let tokens = strings(file, "tokenizer.ggml.tokens")?
-        .ok_or_else(|| IngestError::tokenizer(path, "the file has no tokenizer.ggml.tokens"))?;
+    // A file without a vocabulary still opens (its weights are readable);
+    // building its tokenizer is what fails.
+    let Some(tokens) = strings(file, "tokenizer.ggml.tokens")? else {
+        return Ok(GgufTokenizerInfo::default());
+    };
     let model = file.get("tokenizer.ggml.model").and_then(GgufValue::as_str).unwrap_or("");
     let id = |key: &str| -> Result<Option<u32>> {
         match file.get(key) {
@@ -236,6 +239,9 @@ fn post_processor(info: &GgufTokenizerInfo) -> Value {
 /// Builds the `tokenizer.json` text for the GGUF's tokenizer.
 pub fn build_tokenizer_json(file: &GgufFile, info: &GgufTokenizerInfo) -> Result<String> {
     let path = file.path();
+    if info.tokens.is_empty() {
+        return Err(IngestError::tokenizer(path, "the file has no tokenizer.ggml.tokens"));
+    }
     let model = file.get("tokenizer.ggml.model").and_then(GgufValue::as_str).unwrap_or("");
     let arch = file.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("");
     let types = numbers(file, "tokenizer.ggml.token_type", GgufValue::as_i64)?
