@@ -183,18 +183,25 @@ fn gguf_metadata_of_every_type_nested_arrays_and_alignment() {
     assert_eq!(dequantize(c.ggml_type, f.data(c).unwrap()).unwrap(), vec![0.25, 4.0]);
 }
 
+/// The hyperparameters of the tiny test models: hidden 64, feed-forward 128,
+/// one layer, `heads` heads of which `kv_heads` key/value heads.
+fn tiny_hparams(w: &mut GgufWriter, arch: &str, heads: u32, kv_heads: u32) {
+    let key = |k: &str| format!("{arch}.{k}");
+    w.kv("general.architecture", Val::Str(arch))
+        .kv(&key("embedding_length"), Val::U32(64))
+        .kv(&key("feed_forward_length"), Val::U32(128))
+        .kv(&key("block_count"), Val::U32(1))
+        .kv(&key("attention.head_count"), Val::U32(heads))
+        .kv(&key("attention.head_count_kv"), Val::U32(kv_heads))
+        .kv(&key("attention.layer_norm_rms_epsilon"), Val::F32(1e-5));
+}
+
 /// A tiny Llama GGUF: hidden 64, 2 heads of 32 (1 KV head), 1 layer, vocab 8.
 fn tiny_llama_gguf(path: &Path, q_rows: &[f32]) {
     let tokens: Vec<Val<'_>> = ["<unk>", "<s>", "</s>", "a", "b", "c", "ab", "▁"].iter().map(|t| Val::Str(t)).collect();
     let mut w = GgufWriter::new();
-    w.kv("general.architecture", Val::Str("llama"))
-        .kv("llama.embedding_length", Val::U32(64))
-        .kv("llama.feed_forward_length", Val::U32(128))
-        .kv("llama.block_count", Val::U32(1))
-        .kv("llama.attention.head_count", Val::U32(2))
-        .kv("llama.attention.head_count_kv", Val::U32(1))
-        .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5))
-        .kv("llama.rope.dimension_count", Val::U32(32))
+    tiny_hparams(&mut w, "llama", 2, 1);
+    w.kv("llama.rope.dimension_count", Val::U32(32))
         .kv("tokenizer.ggml.model", Val::Str("llama"))
         .kv("tokenizer.ggml.tokens", Val::Arr(8, tokens))
         .kv("tokenizer.ggml.scores", Val::Arr(6, (0..8).map(|i| Val::F32(-(i as f32))).collect()))
@@ -344,14 +351,8 @@ fn qwen2_gguf_config_and_biases() {
     let path = tmp.path().join("q.gguf");
     let tokens: Vec<Val<'_>> = ["a", "b", "ab", "<|endoftext|>"].iter().map(|t| Val::Str(t)).collect();
     let mut w = GgufWriter::new();
-    w.kv("general.architecture", Val::Str("qwen2"))
-        .kv("qwen2.embedding_length", Val::U32(64))
-        .kv("qwen2.feed_forward_length", Val::U32(128))
-        .kv("qwen2.block_count", Val::U32(1))
-        .kv("qwen2.context_length", Val::U32(32768))
-        .kv("qwen2.attention.head_count", Val::U32(4))
-        .kv("qwen2.attention.head_count_kv", Val::U32(2))
-        .kv("qwen2.attention.layer_norm_rms_epsilon", Val::F32(1e-6))
+    tiny_hparams(&mut w, "qwen2", 4, 2);
+    w.kv("qwen2.context_length", Val::U32(32768))
         .kv("qwen2.rope.freq_base", Val::F32(1_000_000.0))
         .kv("qwen2.rope.scaling.type", Val::Str("yarn"))
         .kv("qwen2.rope.scaling.factor", Val::F32(4.0))
@@ -609,13 +610,8 @@ fn truncated_and_corrupt_ggufs_name_the_file_tensor_and_offset() {
 
     // No vocabulary: the weights open, the tokenizer is the error.
     let mut w = GgufWriter::new();
-    w.kv("general.architecture", Val::Str("llama"))
-        .kv("llama.embedding_length", Val::U32(64))
-        .kv("llama.feed_forward_length", Val::U32(128))
-        .kv("llama.block_count", Val::U32(1))
-        .kv("llama.attention.head_count", Val::U32(2))
-        .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5))
-        .tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
+    tiny_hparams(&mut w, "llama", 2, 1);
+    w.tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
     w.write(&path);
     let m = SourceModel::open(&path).unwrap();
     let e = m.tokenizer().unwrap_err().to_string();
