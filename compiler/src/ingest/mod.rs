@@ -1,0 +1,261 @@
+//! Ingest: read a source model into one [`SourceModel`] view.
+//!
+//! Three sources are supported, told apart by [`SourceModel::open`]:
+//! - a GGUF file (`*.gguf`, or any file starting with the `GGUF` magic);
+//! - a Hugging Face directory (`config.json`, safetensors, `tokenizer.json`);
+//! - an MLX-quantized directory as mlx-lm writes it (`quantization` in
+//!   `config.json`, `weight`/`scales`/`biases` per quantized layer).
+//!
+//! Opening reads the configuration first and refuses an unsupported
+//! architecture before any weight is touched; then it lists the tensors
+//! (canonical Hugging Face names, logical shapes checked against the config)
+//! without reading their data. The pipeline then loads one tensor at a time:
+//! [`SourceModel::load`] gives the data as stored where that is lossless (an
+//! MLX affine triple for GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K and MLX
+//! layers, floats otherwise); [`SourceModel::load_float`] always gives floats.
+//!
+//! ```no_run
+//! use mlxcel_compiler::ingest::{SourceModel, TensorData};
+//! let model = SourceModel::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! println!("{} {}", model.config().architecture, model.config().json);
+//! for info in model.tensors() {
+//!     match model.load(info)? {
+//!         TensorData::Affine(q) => println!("{} {:?} {}-bit", info.name, q.shape, q.bits),
+//!         TensorData::Float(f) => println!("{} {:?} {:?}", info.name, f.shape, f.dtype),
+//!     }
+//! }
+//! # Ok::<(), mlxcel_compiler::ingest::IngestError>(())
+//! ```
+
+pub mod arch;
+pub mod error;
+pub mod export;
+pub mod gguf;
+mod hf;
+mod mmap;
+pub mod tensor;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub use arch::{Architecture, ModelConfig};
+pub use error::{IngestError, Result};
+pub use tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
+
+use gguf::GgufSource;
+use hf::SafetensorsSource;
+
+/// The kind of source a model came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// A GGUF file.
+    Gguf,
+    /// A Hugging Face directory of float safetensors.
+    HuggingFace,
+    /// An MLX-quantized directory (mlx-lm's output).
+    MlxQuantized,
+}
+
+/// The tokenizer of a source model, in Hugging Face's formats.
+#[derive(Clone, Debug)]
+pub struct TokenizerAssets {
+    /// `tokenizer.json` text (for GGUF: built from the metadata).
+    pub tokenizer_json: String,
+    /// The Jinja chat template, if the source has one.
+    pub chat_template: Option<String>,
+    /// `tokenizer_config.json` (for GGUF: `add_bos_token`, `add_eos_token`,
+    /// the special tokens' texts and the chat template).
+    pub tokenizer_config: serde_json::Value,
+}
+
+/// Generation defaults of a source model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationDefaults {
+    /// The beginning-of-sequence token.
+    pub bos_token_id: Option<u32>,
+    /// The tokens that end generation (EOS first; for GGUF also EOT and the
+    /// control tokens llama.cpp treats as end of generation).
+    pub eos_token_ids: Vec<u32>,
+    /// The padding token.
+    pub pad_token_id: Option<u32>,
+    /// Whether encoding a prompt adds BOS.
+    pub add_bos_token: bool,
+    /// Whether encoding a prompt adds EOS.
+    pub add_eos_token: bool,
+    /// `generation_config.json` as the source has it (sampling defaults
+    /// included), or synthesized from the ids above.
+    pub generation_config: serde_json::Value,
+}
+
+enum Inner {
+    Gguf(Box<GgufSource>),
+    Safetensors(Box<SafetensorsSource>),
+}
+
+/// A source model opened for compilation: configuration, tokenizer,
+/// generation defaults, and tensors loaded one at a time from memory maps.
+pub struct SourceModel {
+    path: PathBuf,
+    format: SourceFormat,
+    inner: Inner,
+}
+
+impl std::fmt::Debug for SourceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceModel")
+            .field("path", &self.path)
+            .field("format", &self.format)
+            .field("architecture", &self.config().architecture)
+            .field("tensors", &self.tensors().len())
+            .finish()
+    }
+}
+
+fn is_gguf(path: &Path) -> Result<bool> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Ok(true);
+    }
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|e| IngestError::io(path, e))?;
+    Ok(f.read_exact(&mut magic).is_ok() && magic == gguf::reader::GGUF_MAGIC)
+}
+
+impl SourceModel {
+    /// Opens a GGUF file, a Hugging Face directory or an MLX-quantized
+    /// directory. Reads the configuration and refuses an unsupported
+    /// architecture before any weight; then lists the tensors and checks their
+    /// shapes against the configuration. No tensor data is read.
+    pub fn open(path: impl AsRef<Path>) -> Result<SourceModel> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|e| IngestError::io(path, e))?;
+        let (format, inner) = if meta.is_dir() {
+            let s = SafetensorsSource::open(path)?;
+            let format = if s.mlx_quantized { SourceFormat::MlxQuantized } else { SourceFormat::HuggingFace };
+            (format, Inner::Safetensors(Box::new(s)))
+        } else if is_gguf(path)? {
+            (SourceFormat::Gguf, Inner::Gguf(Box::new(GgufSource::open(path)?)))
+        } else {
+            return Err(IngestError::corrupt(
+                path,
+                0,
+                "not a model: expected a GGUF file or a directory with config.json and safetensors",
+            ));
+        };
+        let model = SourceModel { path: path.to_path_buf(), format, inner };
+        model.check_shapes()?;
+        Ok(model)
+    }
+
+    fn check_shapes(&self) -> Result<()> {
+        let config = self.config();
+        let layers = config.num_hidden_layers();
+        for t in self.tensors() {
+            if let (Some(l), Some(n)) = (ModelConfig::layer_of(&t.name), layers)
+                && l >= n
+            {
+                return Err(IngestError::ShapeMismatch {
+                    path: t.file.clone(),
+                    tensor: t.name.clone(),
+                    found: t.shape.clone(),
+                    expected: format!("layer {l} does not exist: num_hidden_layers is {n}"),
+                });
+            }
+            if let Some((expected, keys)) = config.expected_shape(&t.name)
+                && expected != t.shape
+            {
+                return Err(IngestError::ShapeMismatch {
+                    path: t.file.clone(),
+                    tensor: t.name.clone(),
+                    found: t.shape.clone(),
+                    expected: format!("{expected:?} = {keys}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The path the model was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The kind of source.
+    pub fn format(&self) -> SourceFormat {
+        self.format
+    }
+
+    /// The normalized configuration.
+    pub fn config(&self) -> &ModelConfig {
+        match &self.inner {
+            Inner::Gguf(g) => &g.config,
+            Inner::Safetensors(s) => &s.config,
+        }
+    }
+
+    /// The tensors, in file order, with canonical Hugging Face names.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        match &self.inner {
+            Inner::Gguf(g) => &g.tensors,
+            Inner::Safetensors(s) => &s.tensors,
+        }
+    }
+
+    /// The tensor with canonical name `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors().iter().find(|t| t.name == name)
+    }
+
+    /// Loads one tensor as stored where that is lossless: an MLX affine
+    /// triple for GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K matrices (f32 scales
+    /// and biases, group 32) and for MLX-quantized layers; floats otherwise
+    /// (GGUF Q2_K/Q3_K/Q6_K dequantized to f32). Source-format transforms
+    /// (llama.cpp's q/k permutation, Gemma's norm offset) are undone.
+    pub fn load(&self, info: &TensorInfo) -> Result<TensorData<'_>> {
+        match &self.inner {
+            Inner::Gguf(g) => g.load(info),
+            Inner::Safetensors(s) => s.load(info),
+        }
+    }
+
+    /// Loads one tensor as floats: as stored for float tensors, f32 for GGUF
+    /// quantized types, the scales' dtype for MLX-quantized layers.
+    pub fn load_float(&self, info: &TensorInfo) -> Result<FloatTensor<'_>> {
+        match &self.inner {
+            Inner::Gguf(g) => g.load_float(info),
+            Inner::Safetensors(s) => s.load_float(info),
+        }
+    }
+
+    /// The tokenizer (for GGUF this builds `tokenizer.json` from the
+    /// metadata: call it once).
+    pub fn tokenizer(&self) -> Result<TokenizerAssets> {
+        match &self.inner {
+            Inner::Gguf(g) => g.tokenizer(),
+            Inner::Safetensors(s) => s.tokenizer(),
+        }
+    }
+
+    /// The generation defaults.
+    pub fn generation(&self) -> Result<GenerationDefaults> {
+        match &self.inner {
+            Inner::Gguf(g) => Ok(g.generation()),
+            Inner::Safetensors(s) => s.generation(),
+        }
+    }
+
+    /// The files the model was read from (for provenance hashes).
+    pub fn source_files(&self) -> Vec<PathBuf> {
+        match &self.inner {
+            Inner::Gguf(_) => vec![self.path.clone()],
+            Inner::Safetensors(s) => s.source_files(),
+        }
+    }
+
+    /// The GGUF metadata, for a GGUF source.
+    pub fn gguf(&self) -> Option<&gguf::reader::GgufFile> {
+        match &self.inner {
+            Inner::Gguf(g) => Some(&g.file),
+            Inner::Safetensors(_) => None,
+        }
+    }
+}

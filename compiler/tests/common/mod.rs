@@ -1,0 +1,234 @@
+//! Shared helpers of the ingest tests: the real models, the Python reference
+//! environment, temporary directories, and a writer of small synthetic GGUF
+//! files.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sha2::{Digest, Sha256};
+
+pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
+
+/// A real model from `make setup` (fails, never skips, when missing).
+pub fn model(name: &str) -> PathBuf {
+    let p = mlxcel_tests::models_dir().join(name);
+    assert!(p.is_file(), "{} is missing: run `make setup` to install the real models", p.display());
+    p
+}
+
+/// The Python of the reference environment (fails, never skips, when missing).
+pub fn python() -> PathBuf {
+    let deps = std::env::var_os("MLXCEL_DEPS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| mlxcel_tests::workspace_root().join(".deps"));
+    let py = deps.join("venv/bin/python");
+    assert!(py.is_file(), "{} is missing: run `make setup` to install the Python reference environment", py.display());
+    py
+}
+
+/// Runs a helper script of `compiler/tests/python/` with the reference Python.
+pub fn run_python(script: &str, args: &[&Path]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let out = Command::new(python())
+        .arg(dir.join(script))
+        .args(args)
+        .current_dir(&dir)
+        .env("TOKENIZERS_PARALLELISM", "false")
+        .output()
+        .expect("could not start the reference Python");
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "mlxcel-ingest-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// SHA-256 of f32 values as little-endian bytes.
+pub fn sha256_f32(values: &[f32]) -> String {
+    let mut h = Sha256::new();
+    for v in values {
+        h.update(v.to_le_bytes());
+    }
+    hex(&h.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of bytes.
+pub fn sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Writes a small GGUF (version 3) from metadata and tensors.
+pub struct GgufWriter {
+    pub kv: Vec<u8>,
+    pub n_kv: u64,
+    pub tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
+    pub alignment: u64,
+}
+
+pub enum Val<'a> {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    Str(&'a str),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Arr(u32, Vec<Val<'a>>),
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+impl Val<'_> {
+    fn ty(&self) -> u32 {
+        match self {
+            Val::U8(_) => 0,
+            Val::I8(_) => 1,
+            Val::U16(_) => 2,
+            Val::I16(_) => 3,
+            Val::U32(_) => 4,
+            Val::I32(_) => 5,
+            Val::F32(_) => 6,
+            Val::Bool(_) => 7,
+            Val::Str(_) => 8,
+            Val::Arr(..) => 9,
+            Val::U64(_) => 10,
+            Val::I64(_) => 11,
+            Val::F64(_) => 12,
+        }
+    }
+
+    fn put(&self, out: &mut Vec<u8>) {
+        match self {
+            Val::U8(v) => out.push(*v),
+            Val::I8(v) => out.push(*v as u8),
+            Val::U16(v) => out.extend(v.to_le_bytes()),
+            Val::I16(v) => out.extend(v.to_le_bytes()),
+            Val::U32(v) => out.extend(v.to_le_bytes()),
+            Val::I32(v) => out.extend(v.to_le_bytes()),
+            Val::F32(v) => out.extend(v.to_le_bytes()),
+            Val::Bool(v) => out.push(u8::from(*v)),
+            Val::Str(s) => put_str(out, s),
+            Val::U64(v) => out.extend(v.to_le_bytes()),
+            Val::I64(v) => out.extend(v.to_le_bytes()),
+            Val::F64(v) => out.extend(v.to_le_bytes()),
+            Val::Arr(ty, items) => {
+                out.extend(ty.to_le_bytes());
+                out.extend((items.len() as u64).to_le_bytes());
+                for i in items {
+                    i.put(out);
+                }
+            }
+        }
+    }
+}
+
+impl GgufWriter {
+    pub fn new() -> GgufWriter {
+        GgufWriter { kv: Vec::new(), n_kv: 0, tensors: Vec::new(), alignment: 32 }
+    }
+
+    pub fn kv(&mut self, key: &str, v: Val<'_>) -> &mut Self {
+        if key == "general.alignment"
+            && let Val::U32(a) = v
+        {
+            self.alignment = u64::from(a);
+        }
+        put_str(&mut self.kv, key);
+        self.kv.extend(v.ty().to_le_bytes());
+        v.put(&mut self.kv);
+        self.n_kv += 1;
+        self
+    }
+
+    /// A tensor: ggml dims (fastest first), ggml type id, raw data.
+    pub fn tensor(&mut self, name: &str, dims: &[u64], ty: u32, data: Vec<u8>) -> &mut Self {
+        self.tensors.push((name.to_string(), dims.to_vec(), ty, data));
+        self
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend((self.tensors.len() as u64).to_le_bytes());
+        out.extend(self.n_kv.to_le_bytes());
+        out.extend(&self.kv);
+        let mut offset = 0u64;
+        let mut offsets = Vec::new();
+        for (_, _, _, data) in &self.tensors {
+            offsets.push(offset);
+            offset += (data.len() as u64).div_ceil(self.alignment) * self.alignment;
+        }
+        for ((name, dims, ty, _), off) in self.tensors.iter().zip(&offsets) {
+            put_str(&mut out, name);
+            out.extend((dims.len() as u32).to_le_bytes());
+            for d in dims {
+                out.extend(d.to_le_bytes());
+            }
+            out.extend(ty.to_le_bytes());
+            out.extend(off.to_le_bytes());
+        }
+        while !(out.len() as u64).is_multiple_of(self.alignment) {
+            out.push(0);
+        }
+        for (_, _, _, data) in &self.tensors {
+            out.extend(data);
+            while !(out.len() as u64).is_multiple_of(self.alignment) {
+                out.push(0);
+            }
+        }
+        out
+    }
+
+    pub fn write(&self, path: &Path) {
+        std::fs::write(path, self.bytes()).expect("write gguf");
+    }
+}
+
+/// f32 values as little-endian bytes.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}

@@ -1,0 +1,115 @@
+//! SmolLM2 as a Hugging Face directory (made from the GGUF in Python, with the
+//! pip `gguf` package and transformers' reverse transforms) and as an MLX
+//! 4-bit directory (made from that with mlx-lm's `convert`): both ingest, and
+//! their tensors agree with the GGUF route.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use common::{SMOLLM2, TempDir, model, python, run_python};
+use mlxcel_compiler::ingest::{FloatDtype, SourceFormat, SourceModel, Storage, TensorData};
+use mlxcel_mlx::Dtype;
+
+fn names(m: &SourceModel) -> BTreeSet<String> {
+    m.tensors().iter().map(|t| t.name.clone()).collect()
+}
+
+fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        num += f64::from(x - y).powi(2);
+        den += f64::from(*y).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+#[test]
+fn smollm2_hf_and_mlx_directories_agree_with_the_gguf() {
+    let gguf_path = model(SMOLLM2);
+    let gguf = SourceModel::open(&gguf_path).unwrap();
+    let tmp = TempDir::new("smollm2-dirs");
+    let hf_dir = tmp.path().join("hf");
+    run_python("make_hf_dir.py", &[&gguf_path, &hf_dir, Path::new("f32")]);
+
+    // --- The Hugging Face directory: every tensor equals the GGUF route's floats.
+    let hf = SourceModel::open(&hf_dir).unwrap();
+    assert_eq!(hf.format(), SourceFormat::HuggingFace);
+    assert_eq!(hf.config().architecture, gguf.config().architecture);
+    assert_eq!(names(&hf), names(&gguf));
+    for (key, v) in gguf.config().json.as_object().unwrap() {
+        if [
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+        ]
+        .contains(&key.as_str())
+        {
+            assert_eq!(&hf.config().json[key], v, "config {key}");
+        }
+    }
+    for info in hf.tensors() {
+        assert_eq!(info.storage, Storage::Float(FloatDtype::F32), "{}", info.name);
+        let from_hf = hf.load_float(info).unwrap();
+        assert!(matches!(from_hf.data, std::borrow::Cow::Borrowed(_)), "float safetensors load without a copy");
+        let g = gguf.tensor(&info.name).unwrap();
+        assert_eq!(g.shape, info.shape, "{}", info.name);
+        let from_gguf = gguf.load_float(g).unwrap().to_f32();
+        assert!(from_hf.to_f32() == from_gguf, "{}: the HF directory and the GGUF differ", info.name);
+    }
+    let tok = hf.tokenizer().unwrap();
+    assert!(tok.chat_template.unwrap().contains("<|im_start|>"));
+    let t: tokenizers::Tokenizer = tok.tokenizer_json.parse().unwrap();
+    assert_eq!(t.encode("Hello world", false).unwrap().get_ids(), &[19556, 905]);
+    let defaults = hf.generation().unwrap();
+    assert_eq!(defaults.eos_token_ids, vec![2]);
+    assert_eq!(defaults.bos_token_id, Some(1));
+    assert!(hf.source_files().iter().any(|p| p.ends_with("model.safetensors")));
+
+    // --- The MLX 4-bit directory, as mlx-lm's convert writes it.
+    let mlx_dir = tmp.path().join("mlx");
+    let out = std::process::Command::new(python())
+        .args(["-m", "mlx_lm.convert", "--hf-path"])
+        .arg(&hf_dir)
+        .arg("--mlx-path")
+        .arg(&mlx_dir)
+        .args(["-q", "--q-bits", "4", "--q-group-size", "32"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mlx_lm.convert failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mlx = SourceModel::open(&mlx_dir).unwrap();
+    assert_eq!(mlx.format(), SourceFormat::MlxQuantized);
+    assert_eq!(names(&mlx), names(&gguf));
+    let mut quantized = 0;
+    for info in mlx.tensors() {
+        let g = gguf.tensor(&info.name).unwrap();
+        assert_eq!(g.shape, info.shape, "{}", info.name);
+        let reference = gguf.load_float(g).unwrap().to_f32();
+        match mlx.load(info).unwrap() {
+            TensorData::Affine(q) => {
+                quantized += 1;
+                assert_eq!((q.bits, q.group_size), (4, 32), "{}", info.name);
+                assert!(matches!(info.storage, Storage::MlxAffine { bits: 4, group_size: 32, .. }));
+                // Requantized from the Q4_1/Q8_0 values: close, not equal.
+                let floats = mlx.load_float(info).unwrap();
+                let values = floats.to_f32();
+                let err = rel_rms(&values, &reference);
+                assert!(err < 0.12, "{}: relative RMS error {err}", info.name);
+                // The triple as loaded is what MLX dequantizes.
+                let deq = q.to_quantized().unwrap().dequantize(Some(Dtype::F32)).unwrap().to_vec::<f32>().unwrap();
+                assert!(deq == values, "{}", info.name);
+            }
+            TensorData::Float(f) => {
+                // Norms stay float, equal to the GGUF route.
+                assert!(info.name.ends_with("norm.weight"), "{} should be quantized", info.name);
+                assert!(f.to_f32() == reference, "{}", info.name);
+            }
+        }
+    }
+    assert_eq!(quantized, 1 + 30 * 7);
+}
