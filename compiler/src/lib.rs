@@ -9,4 +9,5 @@
 // The one exception, memmap2's `Mmap::map`, is allowed in `ingest::mmap`.
 #![deny(unsafe_code)]
 
+pub mod compile;
 pub mod ingest;

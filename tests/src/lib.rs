@@ -117,3 +117,91 @@ pub fn mlxcel_bin() -> PathBuf {
     assert!(p.is_file(), "{} is missing: build the workspace first (cargo build)", p.display());
     p
 }
+
+/// Writes the weights of `bundle` as an mlx-lm model directory in `out`
+/// (config.json with `quantization`, model.safetensors with every float
+/// tensor in float32 — the precision the CPU runtime computes in —,
+/// tokenizer.json and tokenizer_config.json with the chat template), so that
+/// mlx-lm runs exactly the weights the runtime runs.
+pub fn export_mlx_lm_dir(bundle: &Path, out: &Path) {
+    use mlxcel_bundle::{Bundle, Dtype};
+    let b = Bundle::open(bundle).expect("open bundle");
+    std::fs::create_dir_all(out).expect("create export dir");
+    let mut config: serde_json::Value = serde_json::from_str(b.config_json()).expect("config json");
+    let defaults: serde_json::Value =
+        b.generation_defaults_json().map(|t| serde_json::from_str(t).expect("defaults json")).unwrap_or_default();
+    let mut quant: Option<serde_json::Value> = None;
+    let mut per_layer = serde_json::Map::new();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for t in b.tensors() {
+        let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
+        let (dtype, data) = match t.dtype() {
+            Dtype::F32 => (safetensors::Dtype::F32, t.data().to_vec()),
+            Dtype::F16 => (
+                safetensors::Dtype::F32,
+                t.data()
+                    .chunks_exact(2)
+                    .flat_map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes())
+                    .collect(),
+            ),
+            Dtype::Bf16 => (
+                safetensors::Dtype::F32,
+                t.data()
+                    .chunks_exact(2)
+                    .flat_map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes())
+                    .collect(),
+            ),
+            Dtype::U32 => (safetensors::Dtype::U32, t.data().to_vec()),
+            other => panic!("{}: unexpected dtype {other:?}", t.name()),
+        };
+        if let Some(q) = t.quantization() {
+            let spec = serde_json::json!({"group_size": q.group_size, "bits": q.bits, "mode": q.mode});
+            let prefix = t.name().strip_suffix(".weight").expect("quantized names end in .weight").to_string();
+            per_layer.insert(prefix, spec.clone());
+            quant.get_or_insert(spec);
+        }
+        tensors.push((t.name().to_string(), dtype, shape, data));
+    }
+    if let Some(mut q) = quant {
+        // The first spec is the default; layers that differ are listed by path.
+        let default = q.clone();
+        for (prefix, spec) in per_layer {
+            if spec != default {
+                q[prefix] = spec;
+            }
+        }
+        config["quantization"] = q;
+    }
+    if let Some(eos) = defaults.get("eos_token_id") {
+        config["eos_token_id"] = eos.clone();
+    }
+    std::fs::write(out.join("config.json"), config.to_string()).expect("write config.json");
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, data)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), data).expect("view")))
+        .collect();
+    safetensors::serialize_to_file(views, None, &out.join("model.safetensors")).expect("write safetensors");
+    std::fs::write(out.join("tokenizer.json"), b.tokenizer_json().expect("tokenizer section")).expect("tokenizer.json");
+    let tok: serde_json::Value =
+        serde_json::from_slice(b.tokenizer_json().expect("tokenizer")).expect("tokenizer json");
+    let token_text = |key: &str| -> Option<String> {
+        let id = defaults.get(key).and_then(|v| v.as_u64().or_else(|| v.get(0).and_then(|x| x.as_u64())))?;
+        let added = tok["added_tokens"].as_array()?;
+        let by_added = added.iter().find(|t| t["id"].as_u64() == Some(id)).and_then(|t| t["content"].as_str());
+        let by_vocab = tok["model"]["vocab"]
+            .as_object()
+            .and_then(|v| v.iter().find(|(_, i)| i.as_u64() == Some(id)).map(|(k, _)| k.as_str()));
+        by_added.or(by_vocab).map(str::to_string)
+    };
+    let mut tc = serde_json::json!({ "tokenizer_class": "PreTrainedTokenizerFast" });
+    if let Some(t) = b.chat_template() {
+        tc["chat_template"] = t.into();
+    }
+    if let Some(t) = token_text("bos_token_id") {
+        tc["bos_token"] = t.into();
+    }
+    if let Some(t) = token_text("eos_token_id") {
+        tc["eos_token"] = t.into();
+    }
+    std::fs::write(out.join("tokenizer_config.json"), tc.to_string()).expect("tokenizer_config.json");
+}

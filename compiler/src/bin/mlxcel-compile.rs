@@ -1,0 +1,128 @@
+//! `mlxcel-compile`: compile a model into a `.mlxb` bundle.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile};
+use mlxcel_compiler::ingest::SourceModel;
+
+/// Compiles a large language model ahead of time into one verified,
+/// memory-mappable `.mlxb` bundle that `mlxcel run` and `mlxcel-server` start
+/// from in milliseconds.
+///
+/// MODEL is a GGUF file, a Hugging Face directory (config.json, safetensors,
+/// tokenizer.json) or an MLX-quantized directory as mlx-lm writes it.
+#[derive(Parser)]
+#[command(name = "mlxcel-compile", version = version(), max_term_width = 100)]
+struct Args {
+    /// The source model: a .gguf file, a Hugging Face directory or an MLX directory.
+    model: PathBuf,
+    /// The bundle to write (default: the model's name with .mlxb, in the current directory).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// How to store weight matrices: auto (float stays float, GGUF blocks
+    /// transcode losslessly where MLX's affine format can hold them, other
+    /// blocks requantize at the nearest width), none (float; quantized
+    /// sources dequantized to f32), bf16, f16, or q8/q6/q5/q4/q3/q2 (affine
+    /// quantization through MLX). Norms and biases always stay float.
+    #[arg(short, long, default_value = "auto")]
+    quantize: QuantizeTarget,
+    /// Inputs per quantization group with --quantize qN: 32, 64 or 128.
+    #[arg(long, default_value_t = 64)]
+    group_size: u32,
+    /// With --quantize qN, still keep GGUF blocks that transcode without loss
+    /// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K) as they are.
+    #[arg(long)]
+    keep_source_quant: bool,
+    /// Bits of the embedding table and output projection with --quantize qN
+    /// (e.g. 8 to keep them more precise than the rest).
+    #[arg(long)]
+    embedding_bits: Option<u32>,
+    /// Print each tensor's stored form, size and quantization error (relative RMS against the source values).
+    #[arg(long)]
+    report: bool,
+    /// The model name recorded in the bundle (default: the source's file or directory name).
+    #[arg(long)]
+    name: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn version() -> String {
+    format!("{} (MLX {})", env!("CARGO_PKG_VERSION"), mlxcel_mlx::mlx_version())
+}
+
+fn default_output(model: &Path) -> PathBuf {
+    let stem = if model.is_dir() { model.file_name() } else { model.file_stem() };
+    let stem = stem.map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    PathBuf::from(format!("{stem}.mlxb"))
+}
+
+fn run(args: Args) -> Result<()> {
+    let source = SourceModel::open(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
+    let output = args.output.clone().unwrap_or_else(|| default_output(&args.model));
+    let options = CompileOptions {
+        quantize: args.quantize,
+        group_size: args.group_size,
+        keep_source_quant: args.keep_source_quant,
+        embedding_bits: args.embedding_bits,
+        report: args.report,
+        name: args.name.clone(),
+    };
+    let total: u64 = source.tensors().iter().map(|t| t.nbytes).sum();
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} {wide_msg}")
+            .context("progress bar template")?
+            .progress_chars("=> "),
+    );
+    let mut last = 0u64;
+    let report = compile(&source, &output, &options, &mut |p| {
+        bar.inc(last);
+        last = p.source_bytes;
+        bar.set_message(p.tensor.to_string());
+    })
+    .with_context(|| format!("compiling {} into {}", args.model.display(), output.display()))?;
+    bar.inc(last);
+    bar.finish_and_clear();
+
+    if args.report {
+        println!("{:<56} {:>10} {:>10} {:>11} {:>10}", "tensor", "source", "stored", "bytes", "rel. RMS");
+        for t in &report.tensors {
+            let err = t.rel_rms_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
+            println!("{:<56} {:>10} {:>10} {:>11} {:>10}", t.name, t.source, t.plan.to_string(), t.bytes, err);
+        }
+    }
+    let count = |f: fn(&TensorPlan) -> bool| report.tensors.iter().filter(|t| f(&t.plan)).count();
+    eprintln!(
+        "wrote {} ({:.1} MB, {} tensors: {} kept, {} quantized, {} float) in {:.2} s; root hash {}",
+        report.written.path.display(),
+        report.written.file_len as f64 / 1e6,
+        report.tensors.len(),
+        count(|p| matches!(p, TensorPlan::KeepAffine)),
+        count(|p| matches!(p, TensorPlan::Quantize { .. })),
+        count(|p| matches!(p, TensorPlan::Float(_))),
+        report.elapsed.as_secs_f64(),
+        mlxcel_bundle::hex(&report.written.root_hash),
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,540 @@
+//! The compile pipeline: walk a [`SourceModel`] tensor by tensor, decide each
+//! tensor's stored form (kept, transcoded, converted or quantized), and stream
+//! it into a bundle together with the tokenizer, chat template, generation
+//! defaults and provenance.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use mlxcel_bundle::{
+    BundleWriter, Dtype as BundleDtype, ModelInfo, Provenance, Quantization, SourceFile, TensorSpec, WrittenBundle,
+};
+use mlxcel_mlx::{Array, Dtype, QuantMode};
+use serde_json::{Value, json};
+
+use crate::ingest::gguf::quant::GgmlType;
+use crate::ingest::{
+    AffineTensor, Architecture, FloatDtype, FloatTensor, SourceModel, Storage, TensorData, TensorInfo,
+};
+
+/// Errors of the compile pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// Reading the source model failed.
+    #[error(transparent)]
+    Ingest(#[from] crate::ingest::IngestError),
+    /// Writing the bundle failed.
+    #[error("writing the bundle: {0}")]
+    Bundle(#[from] mlxcel_bundle::BundleError),
+    /// An MLX operation (quantization) failed on a tensor.
+    #[error("tensor {tensor}: {source}")]
+    Mlx {
+        /// The tensor being processed.
+        tensor: String,
+        /// MLX's error.
+        source: mlxcel_mlx::Error,
+    },
+    /// The options cannot be applied to this model.
+    #[error("{0}")]
+    Options(String),
+    /// Reading a source file for its digest failed.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The compile pipeline's result type.
+pub type Result<T> = std::result::Result<T, CompileError>;
+
+/// What `--quantize` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantizeTarget {
+    /// Keep each tensor as close to its source as the bundle allows: float
+    /// stays float, GGUF blocks that are affine transcode without loss, other
+    /// GGUF blocks are requantized at the nearest MLX bit width.
+    Auto,
+    /// Every weight as float (dequantized sources in f32).
+    None,
+    /// Every float tensor as bfloat16.
+    Bf16,
+    /// Every float tensor as float16.
+    F16,
+    /// Matrices quantized affinely at this many bits (2, 3, 4, 5, 6 or 8).
+    Affine(u32),
+}
+
+impl FromStr for QuantizeTarget {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Ok(match s {
+            "auto" => QuantizeTarget::Auto,
+            "none" => QuantizeTarget::None,
+            "bf16" => QuantizeTarget::Bf16,
+            "f16" => QuantizeTarget::F16,
+            "q8" => QuantizeTarget::Affine(8),
+            "q6" => QuantizeTarget::Affine(6),
+            "q5" => QuantizeTarget::Affine(5),
+            "q4" => QuantizeTarget::Affine(4),
+            "q3" => QuantizeTarget::Affine(3),
+            "q2" => QuantizeTarget::Affine(2),
+            other => {
+                return Err(format!(
+                    "unknown quantization {other:?}: use auto, none, bf16, f16, q8, q6, q5, q4, q3 or q2"
+                ));
+            }
+        })
+    }
+}
+
+impl fmt::Display for QuantizeTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantizeTarget::Auto => f.write_str("auto"),
+            QuantizeTarget::None => f.write_str("none"),
+            QuantizeTarget::Bf16 => f.write_str("bf16"),
+            QuantizeTarget::F16 => f.write_str("f16"),
+            QuantizeTarget::Affine(b) => write!(f, "q{b}"),
+        }
+    }
+}
+
+/// How to compile.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// The quantization of weight matrices.
+    pub quantize: QuantizeTarget,
+    /// Inputs per quantization group (32, 64 or 128).
+    pub group_size: u32,
+    /// Keep GGUF blocks that are affine (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+    /// Q5_K) as they are even when `quantize` names another width.
+    pub keep_source_quant: bool,
+    /// Bits of the embedding table and output projection when quantizing (by
+    /// default those of `quantize`).
+    pub embedding_bits: Option<u32>,
+    /// Measure each quantized tensor's error against its source values.
+    pub report: bool,
+    /// The model name recorded in the bundle.
+    pub name: Option<String>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            quantize: QuantizeTarget::Auto,
+            group_size: 64,
+            keep_source_quant: false,
+            embedding_bits: None,
+            report: false,
+            name: None,
+        }
+    }
+}
+
+impl CompileOptions {
+    fn validate(&self) -> Result<()> {
+        if ![32, 64, 128].contains(&self.group_size) {
+            return Err(CompileError::Options(format!(
+                "--group-size {} is not supported: use 32, 64 or 128",
+                self.group_size
+            )));
+        }
+        for bits in [self.embedding_bits, if let QuantizeTarget::Affine(b) = self.quantize { Some(b) } else { None }]
+            .into_iter()
+            .flatten()
+        {
+            if ![2, 3, 4, 5, 6, 8].contains(&bits) {
+                return Err(CompileError::Options(format!(
+                    "{bits}-bit quantization is not supported: use 2, 3, 4, 5, 6 or 8"
+                )));
+            }
+        }
+        if self.embedding_bits.is_some() && !matches!(self.quantize, QuantizeTarget::Affine(_)) {
+            return Err(CompileError::Options("--embedding-bits needs --quantize q2..q8".into()));
+        }
+        Ok(())
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "quantize": self.quantize.to_string(),
+            "group_size": self.group_size,
+            "keep_source_quant": self.keep_source_quant,
+            "embedding_bits": self.embedding_bits,
+        })
+    }
+}
+
+/// The stored form chosen for one tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorPlan {
+    /// Floats in this dtype.
+    Float(FloatDtype),
+    /// Affine quantization through MLX.
+    Quantize {
+        /// Bits per code.
+        bits: u32,
+        /// Inputs per group.
+        group_size: u32,
+    },
+    /// The source's own affine blocks, without loss.
+    KeepAffine,
+}
+
+impl fmt::Display for TensorPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TensorPlan::Float(d) => write!(f, "{}", d.name().to_lowercase()),
+            TensorPlan::Quantize { bits, group_size } => write!(f, "q{bits} g{group_size}"),
+            TensorPlan::KeepAffine => f.write_str("kept"),
+        }
+    }
+}
+
+fn is_embedding_or_head(name: &str) -> bool {
+    name == "model.embed_tokens.weight" || name == "lm_head.weight"
+}
+
+/// The form a tensor takes under `options`.
+pub fn plan(info: &TensorInfo, options: &CompileOptions) -> TensorPlan {
+    let matrix = info.shape.len() == 2 && info.name.ends_with(".weight") && !info.name.contains("norm");
+    let source_float = match &info.storage {
+        Storage::Float(d) => Some(*d),
+        Storage::Gguf(GgmlType::F32) => Some(FloatDtype::F32),
+        Storage::Gguf(GgmlType::F16) => Some(FloatDtype::F16),
+        Storage::Gguf(GgmlType::BF16) => Some(FloatDtype::BF16),
+        _ => None,
+    };
+    let lossless = info.lossless_affine();
+    // Vectors (norm gains, biases) and other small tensors stay float.
+    if !matrix {
+        return match options.quantize {
+            QuantizeTarget::Bf16 => TensorPlan::Float(FloatDtype::BF16),
+            QuantizeTarget::F16 => TensorPlan::Float(FloatDtype::F16),
+            // Norm gains and biases are tiny: f32 whatever the source.
+            _ => TensorPlan::Float(FloatDtype::F32),
+        };
+    }
+    if lossless.is_some() && (options.keep_source_quant || options.quantize == QuantizeTarget::Auto) {
+        return TensorPlan::KeepAffine;
+    }
+    match options.quantize {
+        QuantizeTarget::Auto => match (source_float, &info.storage) {
+            (Some(d), _) => TensorPlan::Float(d),
+            // Blocks with no lossless affine form: the nearest MLX width.
+            (None, Storage::Gguf(t)) => TensorPlan::Quantize { bits: nearest_bits(*t), group_size: 32 },
+            (None, _) => TensorPlan::Float(FloatDtype::F32),
+        },
+        QuantizeTarget::None => TensorPlan::Float(source_float.unwrap_or(FloatDtype::F32)),
+        QuantizeTarget::Bf16 => TensorPlan::Float(FloatDtype::BF16),
+        QuantizeTarget::F16 => TensorPlan::Float(FloatDtype::F16),
+        QuantizeTarget::Affine(bits) => {
+            let bits = if is_embedding_or_head(&info.name) { options.embedding_bits.unwrap_or(bits) } else { bits };
+            TensorPlan::Quantize { bits, group_size: options.group_size }
+        }
+    }
+}
+
+/// The MLX bit width closest to a GGUF block type without a lossless form.
+fn nearest_bits(t: GgmlType) -> u32 {
+    use GgmlType::*;
+    match t {
+        Q2_K | IQ2_XXS | IQ2_XS | IQ2_S | IQ1_S | IQ1_M | TQ1_0 => 2,
+        Q3_K | IQ3_XXS | IQ3_S => 3,
+        IQ4_NL | IQ4_XS => 4,
+        Q6_K => 6,
+        _ => 8,
+    }
+}
+
+/// What happened to one tensor.
+#[derive(Clone, Debug)]
+pub struct TensorReport {
+    /// Canonical name.
+    pub name: String,
+    /// How it was stored.
+    pub plan: TensorPlan,
+    /// How it was stored in the source (`F32`, `Q4_1`, `affine q4 g64`, ...).
+    pub source: String,
+    /// Bytes written (weight, scales and biases together).
+    pub bytes: u64,
+    /// Relative RMS error of the stored values against the source values
+    /// (with `report`, for quantized tensors; 0 for lossless ones).
+    pub rel_rms_error: Option<f64>,
+}
+
+/// The outcome of [`compile`].
+#[derive(Debug)]
+pub struct CompileReport {
+    /// The bundle written.
+    pub written: WrittenBundle,
+    /// One entry per source tensor, in source order.
+    pub tensors: Vec<TensorReport>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// Progress of a compile, one call per tensor.
+pub struct Progress<'a> {
+    /// The tensor about to be processed.
+    pub tensor: &'a str,
+    /// Its source bytes.
+    pub source_bytes: u64,
+}
+
+/// The bundle's architecture name for the runtime.
+pub fn runtime_architecture(a: Architecture) -> &'static str {
+    match a {
+        Architecture::Llama => "llama",
+        Architecture::Mistral => "mistral",
+        Architecture::Qwen2 => "qwen2",
+        Architecture::Qwen3 => "qwen3",
+        Architecture::Gemma3 => "gemma3",
+        Architecture::Phi3 => "phi3",
+    }
+}
+
+/// The default model name: the source file's stem or directory name.
+fn default_name(path: &Path) -> String {
+    let p = if path.is_dir() { path.file_name() } else { path.file_stem() };
+    p.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// blake3 of a file, streamed.
+fn file_digest(path: &Path) -> Result<(u64, String)> {
+    let io = |source| CompileError::Io { path: path.to_path_buf(), source };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    Ok((size, format!("blake3:{}", hasher.finalize().to_hex())))
+}
+
+fn bundle_dtype(d: FloatDtype) -> BundleDtype {
+    match d {
+        FloatDtype::F32 => BundleDtype::F32,
+        FloatDtype::F16 => BundleDtype::F16,
+        FloatDtype::BF16 => BundleDtype::Bf16,
+    }
+}
+
+fn shape_u64(shape: &[usize]) -> Vec<u64> {
+    shape.iter().map(|&d| d as u64).collect()
+}
+
+/// Converts float bytes between dtypes.
+fn convert_float(t: &FloatTensor<'_>, to: FloatDtype) -> Vec<u8> {
+    if t.dtype == to {
+        return t.data.to_vec();
+    }
+    let values = t.to_f32();
+    match to {
+        FloatDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        FloatDtype::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+        FloatDtype::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+    }
+}
+
+/// An affine triple's bytes, ready to write.
+struct AffineParts<'a> {
+    shape: &'a [usize],
+    bits: u32,
+    group_size: u32,
+    weight: &'a [u8],
+    scales: (&'a [u8], BundleDtype),
+    biases: (&'a [u8], BundleDtype),
+}
+
+impl AffineParts<'_> {
+    /// Writes `<prefix>.weight` (with its quantization descriptor), `.scales` and `.biases`.
+    fn write(&self, w: &mut BundleWriter, prefix: &str) -> Result<u64> {
+        let mut packed = self.shape.to_vec();
+        let mut groups = self.shape.to_vec();
+        if let (Some(p), Some(g)) = (packed.last_mut(), groups.last_mut()) {
+            *p = *p * self.bits as usize / 32;
+            *g /= self.group_size as usize;
+        }
+        let quant = Quantization {
+            mode: "affine".into(),
+            bits: self.bits,
+            group_size: self.group_size,
+            scales: format!("{prefix}.scales"),
+            biases: Some(format!("{prefix}.biases")),
+        };
+        let weight_spec = TensorSpec::new(format!("{prefix}.weight"), BundleDtype::U32, shape_u64(&packed));
+        w.add_tensor_bytes(weight_spec.quantized(quant), self.weight)?;
+        let (scales, sd) = self.scales;
+        let (biases, bd) = self.biases;
+        w.add_tensor_bytes(TensorSpec::new(format!("{prefix}.scales"), sd, shape_u64(&groups)), scales)?;
+        w.add_tensor_bytes(TensorSpec::new(format!("{prefix}.biases"), bd, shape_u64(&groups)), biases)?;
+        Ok((self.weight.len() + scales.len() + biases.len()) as u64)
+    }
+}
+
+/// Relative RMS of `approx - exact` (both f32 MLX arrays).
+fn rel_rms(approx: &Array, exact: &Array) -> mlxcel_mlx::Result<f64> {
+    let num = approx.subtract(exact)?.square()?.sum(&[], false)?.item::<f32>()?;
+    let den = exact.square()?.sum(&[], false)?.item::<f32>()?;
+    Ok((f64::from(num) / f64::from(den).max(1e-30)).sqrt())
+}
+
+fn source_description(info: &TensorInfo) -> String {
+    match &info.storage {
+        Storage::Float(d) => d.name().to_string(),
+        Storage::Gguf(t) => t.to_string(),
+        Storage::MlxAffine { bits, group_size, .. } => format!("affine q{bits} g{group_size}"),
+    }
+}
+
+/// Compiles `source` into a bundle at `output`, calling `progress` before each tensor.
+pub fn compile(
+    source: &SourceModel,
+    output: &Path,
+    options: &CompileOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<CompileReport> {
+    let start = Instant::now();
+    options.validate()?;
+    let config = source.config();
+    // Every plan is checked before the first byte is written.
+    let plans: Vec<TensorPlan> = source.tensors().iter().map(|t| plan(t, options)).collect();
+    for (info, p) in source.tensors().iter().zip(&plans) {
+        if let TensorPlan::Quantize { group_size, .. } = p {
+            let cols = info.shape.last().copied().unwrap_or(0);
+            if cols % *group_size as usize != 0 {
+                return Err(CompileError::Options(format!(
+                    "tensor {}: its {cols} columns are not a multiple of the group size {group_size} (try --group-size 32)",
+                    info.name
+                )));
+            }
+        }
+    }
+    let tokenizer = source.tokenizer()?;
+    let generation = source.generation()?;
+    let model = ModelInfo {
+        architecture: runtime_architecture(config.architecture).to_string(),
+        name: options.name.clone().unwrap_or_else(|| default_name(source.path())),
+        config_json: config.json.to_string(),
+    };
+    let mut w = BundleWriter::create(output, model)?;
+    w.add_tokenizer_json(tokenizer.tokenizer_json.as_bytes())?;
+    if let Some(t) = &tokenizer.chat_template {
+        w.set_chat_template(t.clone());
+    }
+    let mut defaults = match &generation.generation_config {
+        Value::Object(m) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    defaults.insert("eos_token_id".into(), json!(generation.eos_token_ids));
+    if let Some(bos) = generation.bos_token_id {
+        defaults.insert("bos_token_id".into(), json!(bos));
+    }
+    w.set_generation_defaults_json(Value::Object(defaults).to_string());
+
+    let mut reports = Vec::with_capacity(plans.len());
+    for (info, p) in source.tensors().iter().zip(plans) {
+        progress(Progress { tensor: &info.name, source_bytes: info.nbytes });
+        let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), source: e };
+        let mut error = None;
+        let bytes = match &p {
+            TensorPlan::KeepAffine => match source.load(info)? {
+                TensorData::Affine(a) => {
+                    if options.report {
+                        error = Some(0.0);
+                    }
+                    let prefix = info.name.strip_suffix(".weight").unwrap_or(&info.name);
+                    write_affine_tensor(&mut w, prefix, &a)?
+                }
+                TensorData::Float(_) => {
+                    return Err(CompileError::Options(format!("tensor {} did not load as affine blocks", info.name)));
+                }
+            },
+            TensorPlan::Float(dtype) => {
+                let t = source.load_float(info)?;
+                let data = convert_float(&t, *dtype);
+                w.add_tensor_bytes(
+                    TensorSpec::new(info.name.clone(), bundle_dtype(*dtype), shape_u64(&info.shape)),
+                    &data,
+                )?;
+                data.len() as u64
+            }
+            TensorPlan::Quantize { bits, group_size } => {
+                let t = source.load_float(info)?;
+                let exact = t.to_array().map_err(mlx)?;
+                let exact = if exact.dtype() == Dtype::F32 { exact } else { exact.astype(Dtype::F32).map_err(mlx)? };
+                let q = exact.quantize(*group_size as i32, *bits as i32, QuantMode::Affine).map_err(mlx)?;
+                if options.report {
+                    error = Some(rel_rms(&q.dequantize(None).map_err(mlx)?, &exact).map_err(mlx)?);
+                }
+                let weight = q.weight.to_bytes().map_err(mlx)?;
+                let scales = q.scales.to_bytes().map_err(mlx)?;
+                let biases = q.biases.as_ref().map(Array::to_bytes).transpose().map_err(mlx)?.unwrap_or_default();
+                let prefix = info.name.strip_suffix(".weight").unwrap_or(&info.name);
+                let parts = AffineParts {
+                    shape: &info.shape,
+                    bits: *bits,
+                    group_size: *group_size,
+                    weight: &weight,
+                    scales: (&scales, BundleDtype::F32),
+                    biases: (&biases, BundleDtype::F32),
+                };
+                parts.write(&mut w, prefix)?
+            }
+        };
+        reports.push(TensorReport {
+            name: info.name.clone(),
+            plan: p,
+            source: source_description(info),
+            bytes,
+            rel_rms_error: error,
+        });
+    }
+
+    let mut source_files = Vec::new();
+    for path in source.source_files() {
+        let (size, digest) = file_digest(&path)?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        source_files.push(SourceFile { name, size, digest });
+    }
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for r in &reports {
+        *counts.entry(r.plan.to_string()).or_default() += 1;
+    }
+    w.set_provenance(Provenance {
+        compiler_version: format!("mlxcel-compile {}", env!("CARGO_PKG_VERSION")),
+        mlx_version: mlxcel_mlx::mlx_version(),
+        source_files,
+        compile_options_json: options.to_json().to_string(),
+        quantization_recipe_json: Some(json!({ "tensors_by_form": counts }).to_string()),
+        ..Provenance::default()
+    });
+    let written = w.finish()?;
+    Ok(CompileReport { written, tensors: reports, elapsed: start.elapsed() })
+}
+
+fn write_affine_tensor(w: &mut BundleWriter, prefix: &str, a: &AffineTensor<'_>) -> Result<u64> {
+    let parts = AffineParts {
+        shape: &a.shape,
+        bits: a.bits,
+        group_size: a.group_size as u32,
+        weight: &a.weight,
+        scales: (&a.scales.data, bundle_dtype(a.scales.dtype)),
+        biases: (&a.biases.data, bundle_dtype(a.biases.dtype)),
+    };
+    parts.write(w, prefix)
+}
