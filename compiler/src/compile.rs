@@ -123,6 +123,8 @@ pub struct CompileOptions {
     pub report: bool,
     /// The model name recorded in the bundle.
     pub name: Option<String>,
+    /// A chat template (Jinja source) replacing the source's.
+    pub chat_template: Option<String>,
 }
 
 impl Default for CompileOptions {
@@ -134,6 +136,7 @@ impl Default for CompileOptions {
             embedding_bits: None,
             report: false,
             name: None,
+            chat_template: None,
         }
     }
 }
@@ -168,6 +171,7 @@ impl CompileOptions {
             "group_size": self.group_size,
             "keep_source_quant": self.keep_source_quant,
             "embedding_bits": self.embedding_bits,
+            "chat_template_given": self.chat_template.is_some(),
         })
     }
 }
@@ -298,6 +302,16 @@ pub fn runtime_architecture(a: Architecture) -> &'static str {
         Architecture::Qwen3 => "qwen3",
         Architecture::Gemma3 => "gemma3",
         Architecture::Phi3 => "phi3",
+    }
+}
+
+/// The chat template a model family uses, for sources that ship none (the
+/// Gemma 3 GGUFs carry no `tokenizer.chat_template`): Google's template for
+/// Gemma 3, as published with the Hugging Face checkpoints.
+pub fn builtin_chat_template(a: Architecture) -> Option<&'static str> {
+    match a {
+        Architecture::Gemma3 => Some(include_str!("../templates/gemma3.jinja")),
+        _ => None,
     }
 }
 
@@ -433,9 +447,18 @@ pub fn compile(
     };
     let mut w = BundleWriter::create(output, model)?;
     w.add_tokenizer_json(tokenizer.tokenizer_json.as_bytes())?;
-    if let Some(t) = &tokenizer.chat_template {
-        w.set_chat_template(t.clone());
+    let (template, template_origin) = match (&options.chat_template, &tokenizer.chat_template) {
+        (Some(t), _) => (Some(t.clone()), "given"),
+        (None, Some(t)) => (Some(t.clone()), "source"),
+        (None, None) => match builtin_chat_template(config.architecture) {
+            Some(t) => (Some(t.to_string()), "built-in"),
+            None => (None, "none"),
+        },
+    };
+    if let Some(t) = template {
+        w.set_chat_template(t);
     }
+    w.add_metadata("chat_template.origin", template_origin);
     let mut defaults = match &generation.generation_config {
         Value::Object(m) => m.clone(),
         _ => serde_json::Map::new(),

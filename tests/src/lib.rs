@@ -205,3 +205,8 @@ pub fn export_mlx_lm_dir(bundle: &Path, out: &Path) {
     }
     std::fs::write(out.join("tokenizer_config.json"), tc.to_string()).expect("tokenizer_config.json");
 }
+
+/// The `mlxcel-compile` binary built for this test run.
+pub fn mlxcel_compile_bin() -> PathBuf {
+    mlxcel_bin().with_file_name("mlxcel-compile")
+}

@@ -47,6 +47,11 @@ struct Args {
     /// The model name recorded in the bundle (default: the source's file or directory name).
     #[arg(long)]
     name: Option<String>,
+    /// A chat template (Jinja file) to store instead of the source's. Sources
+    /// without one get their family's published template when mlxcel knows it
+    /// (Gemma 3).
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -72,6 +77,11 @@ fn run(args: Args) -> Result<()> {
         embedding_bits: args.embedding_bits,
         report: args.report,
         name: args.name.clone(),
+        chat_template: args
+            .chat_template
+            .as_ref()
+            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading the chat template {}", p.display())))
+            .transpose()?,
     };
     let total: u64 = source.tensors().iter().map(|t| t.nbytes).sum();
     let bar = if args.quiet {
