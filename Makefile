@@ -16,7 +16,7 @@ setup-cuda:
 
 ## Build every binary (release).
 build: setup
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release --workspace --bins
 
 ## The main job: compile the real SmolLM2 into a bundle and generate text from it.
 demo: build

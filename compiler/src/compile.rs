@@ -351,17 +351,23 @@ fn shape_u64(shape: &[usize]) -> Vec<u64> {
     shape.iter().map(|&d| d as u64).collect()
 }
 
-/// Converts float bytes between dtypes.
+/// Converts float bytes between dtypes (one output allocation).
 fn convert_float(t: &FloatTensor<'_>, to: FloatDtype) -> Vec<u8> {
     if t.dtype == to {
         return t.data.to_vec();
     }
-    let values = t.to_f32();
+    let values = t.data.chunks_exact(t.dtype.size()).map(|c| match t.dtype {
+        FloatDtype::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+        FloatDtype::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+        FloatDtype::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+    });
+    let mut out = Vec::with_capacity(t.data.len() / t.dtype.size() * to.size());
     match to {
-        FloatDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        FloatDtype::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
-        FloatDtype::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        FloatDtype::F32 => values.for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        FloatDtype::F16 => values.for_each(|v| out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
+        FloatDtype::BF16 => values.for_each(|v| out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes())),
     }
+    out
 }
 
 /// An affine triple's bytes, ready to write.
@@ -374,37 +380,72 @@ struct AffineParts<'a> {
     biases: (&'a [u8], BundleDtype),
 }
 
+/// Bytes of f32 per row block when dequantizing or quantizing a large tensor.
+const CHUNK_BYTES: usize = 16 << 20;
+
 impl AffineParts<'_> {
-    /// Writes `<prefix>.weight` (with its quantization descriptor), `.scales` and `.biases`.
-    fn write(&self, w: &mut BundleWriter, prefix: &str) -> Result<u64> {
-        let mut packed = self.shape.to_vec();
-        let mut groups = self.shape.to_vec();
+    /// Shapes of the packed codes and of the per-group scales.
+    fn shapes(shape: &[usize], bits: u32, group_size: u32) -> (Vec<usize>, Vec<usize>) {
+        let (mut packed, mut groups) = (shape.to_vec(), shape.to_vec());
         if let (Some(p), Some(g)) = (packed.last_mut(), groups.last_mut()) {
-            *p = *p * self.bits as usize / 32;
-            *g /= self.group_size as usize;
+            *p = *p * bits as usize / 32;
+            *g /= group_size as usize;
         }
+        (packed, groups)
+    }
+
+    fn weight_spec(prefix: &str, shape: &[usize], bits: u32, group_size: u32) -> TensorSpec {
+        let (packed, _) = Self::shapes(shape, bits, group_size);
         let quant = Quantization {
             mode: "affine".into(),
-            bits: self.bits,
-            group_size: self.group_size,
+            bits,
+            group_size,
             scales: format!("{prefix}.scales"),
             biases: Some(format!("{prefix}.biases")),
         };
-        let weight_spec = TensorSpec::new(format!("{prefix}.weight"), BundleDtype::U32, shape_u64(&packed));
-        w.add_tensor_bytes(weight_spec.quantized(quant), self.weight)?;
+        TensorSpec::new(format!("{prefix}.weight"), BundleDtype::U32, shape_u64(&packed)).quantized(quant)
+    }
+
+    /// Writes `<prefix>.weight` from chunks of packed codes; returns its bytes.
+    fn write_streamed(
+        w: &mut BundleWriter,
+        prefix: &str,
+        shape: &[usize],
+        bits: u32,
+        group_size: u32,
+        chunks: impl IntoIterator<Item = Vec<u8>>,
+    ) -> Result<u64> {
+        let spec = Self::weight_spec(prefix, shape, bits, group_size);
+        let bytes = spec.byte_len().unwrap_or(0);
+        w.add_tensor_chunks(spec, chunks)?;
+        Ok(bytes)
+    }
+
+    /// Writes `<prefix>.scales` and `.biases`.
+    fn write_groups(&self, w: &mut BundleWriter, prefix: &str) -> Result<u64> {
+        let (_, groups) = Self::shapes(self.shape, self.bits, self.group_size);
         let (scales, sd) = self.scales;
         let (biases, bd) = self.biases;
         w.add_tensor_bytes(TensorSpec::new(format!("{prefix}.scales"), sd, shape_u64(&groups)), scales)?;
         w.add_tensor_bytes(TensorSpec::new(format!("{prefix}.biases"), bd, shape_u64(&groups)), biases)?;
-        Ok((self.weight.len() + scales.len() + biases.len()) as u64)
+        Ok((scales.len() + biases.len()) as u64)
+    }
+
+    /// Writes the whole triple.
+    fn write(&self, w: &mut BundleWriter, prefix: &str) -> Result<u64> {
+        let spec = Self::weight_spec(prefix, self.shape, self.bits, self.group_size);
+        w.add_tensor_bytes(spec, self.weight)?;
+        Ok(self.weight.len() as u64 + self.write_groups(w, prefix)?)
     }
 }
 
-/// Relative RMS of `approx - exact` (both f32 MLX arrays).
-fn rel_rms(approx: &Array, exact: &Array) -> mlxcel_mlx::Result<f64> {
-    let num = approx.subtract(exact)?.square()?.sum(&[], false)?.item::<f32>()?;
-    let den = exact.square()?.sum(&[], false)?.item::<f32>()?;
-    Ok((f64::from(num) / f64::from(den).max(1e-30)).sqrt())
+/// `(Σ (approx - exact)², Σ exact²)` over f32 MLX arrays.
+fn squared_error(approx: &Array, exact: &Array) -> mlxcel_mlx::Result<(f64, f64)> {
+    let total =
+        |a: Array| -> mlxcel_mlx::Result<f64> { Ok(f64::from(a.reshape(&[-1])?.sum(&[0], false)?.item::<f32>()?)) };
+    let num = total(approx.subtract(exact)?.square()?)?;
+    let den = total(exact.square()?)?;
+    Ok((num, den))
 }
 
 fn source_description(info: &TensorInfo) -> String {
@@ -488,35 +529,79 @@ pub fn compile(
                 }
             },
             TensorPlan::Float(dtype) => {
-                let t = source.load_float(info)?;
-                let data = convert_float(&t, *dtype);
-                w.add_tensor_bytes(
-                    TensorSpec::new(info.name.clone(), bundle_dtype(*dtype), shape_u64(&info.shape)),
-                    &data,
-                )?;
-                data.len() as u64
+                // Row block by row block: a dequantized tensor is never whole in memory.
+                let mut failure = None;
+                let mut written = 0u64;
+                let converted = source.float_chunks(info, CHUNK_BYTES)?.map_while(|chunk| match chunk {
+                    Ok(t) => {
+                        let bytes = convert_float(&t, *dtype);
+                        written += bytes.len() as u64;
+                        Some(bytes)
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        None
+                    }
+                });
+                let spec = TensorSpec::new(info.name.clone(), bundle_dtype(*dtype), shape_u64(&info.shape));
+                let result = w.add_tensor_chunks(spec, converted);
+                if let Some(e) = failure {
+                    return Err(e.into());
+                }
+                result?;
+                written
             }
             TensorPlan::Quantize { bits, group_size } => {
-                let t = source.load_float(info)?;
-                let exact = t.to_array().map_err(mlx)?;
-                let exact = if exact.dtype() == Dtype::F32 { exact } else { exact.astype(Dtype::F32).map_err(mlx)? };
-                let q = exact.quantize(*group_size as i32, *bits as i32, QuantMode::Affine).map_err(mlx)?;
-                if options.report {
-                    error = Some(rel_rms(&q.dequantize(None).map_err(mlx)?, &exact).map_err(mlx)?);
-                }
-                let weight = q.weight.to_bytes().map_err(mlx)?;
-                let scales = q.scales.to_bytes().map_err(mlx)?;
-                let biases = q.biases.as_ref().map(Array::to_bytes).transpose().map_err(mlx)?.unwrap_or_default();
+                // Groups run along rows, so row blocks quantize independently:
+                // the packed codes stream into the bundle, the (8x smaller)
+                // scales and biases follow once the weight is written.
+                let (mut scales, mut biases) = (Vec::new(), Vec::new());
+                let (mut err_num, mut err_den) = (0f64, 0f64);
+                let mut failure = None;
+                let packed = source.float_chunks(info, CHUNK_BYTES)?.map_while(|chunk| {
+                    let step = || -> Result<Vec<u8>> {
+                        let t = chunk?;
+                        let exact = t.to_array().map_err(mlx)?;
+                        let exact =
+                            if exact.dtype() == Dtype::F32 { exact } else { exact.astype(Dtype::F32).map_err(mlx)? };
+                        let q = exact.quantize(*group_size as i32, *bits as i32, QuantMode::Affine).map_err(mlx)?;
+                        if options.report {
+                            let (n, d) = squared_error(&q.dequantize(None).map_err(mlx)?, &exact).map_err(mlx)?;
+                            err_num += n;
+                            err_den += d;
+                        }
+                        scales.extend(q.scales.to_bytes().map_err(mlx)?);
+                        biases.extend(
+                            q.biases.as_ref().map(Array::to_bytes).transpose().map_err(mlx)?.unwrap_or_default(),
+                        );
+                        q.weight.to_bytes().map_err(mlx)
+                    };
+                    match step() {
+                        Ok(bytes) => Some(bytes),
+                        Err(e) => {
+                            failure = Some(e);
+                            None
+                        }
+                    }
+                });
                 let prefix = info.name.strip_suffix(".weight").unwrap_or(&info.name);
+                let result = AffineParts::write_streamed(&mut w, prefix, &info.shape, *bits, *group_size, packed);
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                let weight_bytes = result?;
                 let parts = AffineParts {
                     shape: &info.shape,
                     bits: *bits,
                     group_size: *group_size,
-                    weight: &weight,
+                    weight: &[],
                     scales: (&scales, BundleDtype::F32),
                     biases: (&biases, BundleDtype::F32),
                 };
-                parts.write(&mut w, prefix)?
+                if options.report {
+                    error = Some((err_num / err_den.max(1e-30)).sqrt());
+                }
+                weight_bytes + parts.write_groups(&mut w, prefix)?
             }
         };
         reports.push(TensorReport {

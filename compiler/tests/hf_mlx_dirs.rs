@@ -1,7 +1,9 @@
 //! SmolLM2 as a Hugging Face directory (made from the GGUF in Python, with the
 //! pip `gguf` package and transformers' reverse transforms) and as an MLX
 //! 4-bit directory (made from that with mlx-lm's `convert`): both ingest, and
-//! their tensors agree with the GGUF route.
+//! their tensors agree with the GGUF route; compiled into bundles, the GGUF
+//! route (lossless transcode) and the HF route (floats) hold the same values
+//! exactly, and the MLX route stores the directory's own bytes.
 
 mod common;
 
@@ -9,8 +11,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use common::{SMOLLM2, TempDir, model, python, run_python};
+use mlxcel_bundle::{Bundle, Dtype as BundleDtype};
+use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, compile};
 use mlxcel_compiler::ingest::{FloatDtype, SourceFormat, SourceModel, Storage, TensorData};
-use mlxcel_mlx::Dtype;
+use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
 
 fn names(m: &SourceModel) -> BTreeSet<String> {
     m.tensors().iter().map(|t| t.name.clone()).collect()
@@ -112,4 +116,75 @@ fn smollm2_hf_and_mlx_directories_agree_with_the_gguf() {
         }
     }
     assert_eq!(quantized, 1 + 30 * 7);
+
+    // --- The three routes compiled into bundles agree where the route is lossless.
+    let bundle_of = |src: &SourceModel, file: &str, quantize: QuantizeTarget| {
+        let path = tmp.path().join(file);
+        let options = CompileOptions { quantize, ..CompileOptions::default() };
+        compile(src, &path, &options, &mut |_| {}).unwrap();
+        Bundle::open(&path).unwrap()
+    };
+    let from_gguf = bundle_of(&gguf, "gguf.mlxb", QuantizeTarget::Auto);
+    let from_hf = bundle_of(&hf, "hf.mlxb", QuantizeTarget::None);
+    let from_mlx = bundle_of(&mlx, "mlx.mlxb", QuantizeTarget::Auto);
+    // GGUF (kept Q4_1/Q8_0 blocks) vs HF floats: the same values, exactly.
+    let mut compared = 0;
+    for t in from_hf.tensors() {
+        let ours = float_values(&from_gguf, t.name());
+        let floats: Vec<f32> = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert!(ours == floats, "{}: the GGUF and HF bundles differ", t.name());
+        compared += 1;
+    }
+    assert_eq!(compared, gguf.tensors().len());
+    // The MLX directory is taken as it is: every stored byte comes from it.
+    for info in mlx.tensors() {
+        match mlx.load(info).unwrap() {
+            TensorData::Affine(q) => {
+                let prefix = info.name.strip_suffix(".weight").unwrap();
+                assert_eq!(from_mlx.tensor(&info.name).unwrap().data(), &q.weight[..], "{}", info.name);
+                let scales = from_mlx.tensor(&format!("{prefix}.scales")).unwrap();
+                assert_eq!(scales.data(), &q.scales.data[..], "{prefix}.scales");
+                let biases = from_mlx.tensor(&format!("{prefix}.biases")).unwrap();
+                assert_eq!(biases.data(), &q.biases.data[..], "{prefix}.biases");
+            }
+            TensorData::Float(f) => {
+                let stored = float_values(&from_mlx, &info.name);
+                assert!(stored == f.to_f32(), "{}", info.name);
+            }
+        }
+    }
+}
+
+/// A bundle tensor's values as f32: floats converted, affine triples
+/// dequantized through MLX.
+fn float_values(b: &Bundle, name: &str) -> Vec<f32> {
+    let t = b.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
+    let to_f32 = |v: mlxcel_bundle::TensorView<'_>| -> Vec<f32> {
+        match v.dtype() {
+            BundleDtype::F32 => {
+                v.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            }
+            BundleDtype::F16 => {
+                v.data().chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+            }
+            BundleDtype::Bf16 => {
+                v.data().chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+            }
+            other => panic!("{}: {other:?} is not float", v.name()),
+        }
+    };
+    let Some(q) = t.quantization() else { return to_f32(t) };
+    let shape = |v: &mlxcel_bundle::TensorView<'_>| v.shape().iter().map(|&d| d as i32).collect::<Vec<_>>();
+    let array = |v: mlxcel_bundle::TensorView<'_>| Array::from_slice(&to_f32(v), &shape(&v)).unwrap();
+    let (s, bi) = (b.tensor(q.scales).unwrap(), b.tensor(q.biases.unwrap()).unwrap());
+    let quantized = Quantized {
+        weight: Array::from_bytes(t.data(), &shape(&t), Dtype::U32).unwrap(),
+        scales: array(s),
+        biases: Some(array(bi)),
+        group_size: q.group_size as i32,
+        bits: q.bits as i32,
+        mode: QuantMode::Affine,
+    };
+    // -0.0 and +0.0 compare equal as floats but not as bytes; compare floats.
+    quantized.dequantize(Some(Dtype::F32)).unwrap().to_vec::<f32>().unwrap()
 }

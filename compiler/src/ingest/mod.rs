@@ -45,6 +45,109 @@ pub use tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, Ten
 use gguf::GgufSource;
 use hf::SafetensorsSource;
 
+/// Row blocks of one tensor as floats (see [`SourceModel::float_chunks`]).
+pub struct FloatChunks<'a> {
+    inner: ChunkSource<'a>,
+}
+
+enum ChunkSource<'a> {
+    /// One block, not yet taken.
+    Whole(Option<FloatTensor<'a>>),
+    /// GGUF blocks, dequantized `rows_per_chunk` rows at a time.
+    Blocks {
+        raw: std::borrow::Cow<'a, [u8]>,
+        ty: gguf::quant::GgmlType,
+        row_bytes: usize,
+        rows: usize,
+        rows_per_chunk: usize,
+        next_row: usize,
+        /// The shape of one row (all dimensions but the first).
+        row_shape: Vec<usize>,
+        /// For errors.
+        path: PathBuf,
+        name: String,
+        offset: u64,
+    },
+}
+
+impl<'a> FloatChunks<'a> {
+    pub(crate) fn whole(t: FloatTensor<'a>) -> FloatChunks<'a> {
+        FloatChunks { inner: ChunkSource::Whole(Some(t)) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn blocks(
+        raw: std::borrow::Cow<'a, [u8]>,
+        ty: gguf::quant::GgmlType,
+        shape: &[usize],
+        max_chunk_bytes: usize,
+        path: &Path,
+        name: &str,
+        offset: u64,
+    ) -> FloatChunks<'a> {
+        let rows = shape.first().copied().unwrap_or(1).max(1);
+        let row_shape = shape.get(1..).map(<[usize]>::to_vec).unwrap_or_default();
+        let row_elems: usize = row_shape.iter().product::<usize>().max(1);
+        let rows_per_chunk = (max_chunk_bytes / (4 * row_elems)).clamp(1, rows);
+        FloatChunks {
+            inner: ChunkSource::Blocks {
+                row_bytes: raw.len() / rows,
+                raw,
+                ty,
+                rows,
+                rows_per_chunk,
+                next_row: 0,
+                row_shape,
+                path: path.to_path_buf(),
+                name: name.to_string(),
+                offset,
+            },
+        }
+    }
+}
+
+impl<'a> Iterator for FloatChunks<'a> {
+    type Item = Result<FloatTensor<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            ChunkSource::Whole(t) => t.take().map(Ok),
+            ChunkSource::Blocks {
+                raw,
+                ty,
+                row_bytes,
+                rows,
+                rows_per_chunk,
+                next_row,
+                row_shape,
+                path,
+                name,
+                offset,
+            } => {
+                if *next_row >= *rows {
+                    return None;
+                }
+                let end = (*next_row + *rows_per_chunk).min(*rows);
+                let bytes = &raw[*next_row * *row_bytes..end * *row_bytes];
+                let mut shape = vec![end - *next_row];
+                shape.extend_from_slice(row_shape);
+                *next_row = end;
+                Some(gguf::quant::dequantize_to_bytes(*ty, bytes).map_or_else(
+                    || {
+                        Err(IngestError::tensor(
+                            path,
+                            name,
+                            *offset,
+                            format!("ggml type {ty} cannot be dequantized in row blocks"),
+                        ))
+                    },
+                    |data| Ok(FloatTensor { dtype: FloatDtype::F32, shape, data: std::borrow::Cow::Owned(data) }),
+                ))
+            }
+        }
+    }
+}
+
 /// The kind of source a model came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SourceFormat {
@@ -223,6 +326,17 @@ impl SourceModel {
         match &self.inner {
             Inner::Gguf(g) => g.load_float(info),
             Inner::Safetensors(s) => s.load_float(info),
+        }
+    }
+
+    /// A tensor as floats in blocks of whole rows of about `max_chunk_bytes`
+    /// of f32 each, so that the compiler never holds a large dequantized
+    /// tensor at once. GGUF block types are dequantized one row block at a
+    /// time; other sources (already floats in a memory map) come as one block.
+    pub fn float_chunks(&self, info: &TensorInfo, max_chunk_bytes: usize) -> Result<FloatChunks<'_>> {
+        match &self.inner {
+            Inner::Gguf(g) => g.float_chunks(info, max_chunk_bytes),
+            Inner::Safetensors(s) => Ok(FloatChunks::whole(s.load_float(info)?)),
         }
     }
 

@@ -178,6 +178,26 @@ impl GgufSource {
         Ok(float)
     }
 
+    pub(crate) fn float_chunks(&self, info: &TensorInfo, max_chunk_bytes: usize) -> Result<super::FloatChunks<'_>> {
+        let g = self.gguf_info(info)?;
+        let is_float = matches!(g.ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        // Float data is already borrowed from the map, and Gemma's norms are
+        // tiny vectors: one block each.
+        if is_float || self.norm_offset(info) || info.shape.len() < 2 {
+            return Ok(super::FloatChunks::whole(self.load_float(info)?));
+        }
+        let raw = self.raw(info, g)?;
+        Ok(super::FloatChunks::blocks(
+            raw,
+            g.ggml_type,
+            &info.shape,
+            max_chunk_bytes,
+            self.file.path(),
+            &info.name,
+            g.offset,
+        ))
+    }
+
     pub(crate) fn load(&self, info: &TensorInfo) -> Result<TensorData<'_>> {
         let g = self.gguf_info(info)?;
         if g.ggml_type.affine_bits().is_none() || self.norm_offset(info) || info.shape.len() != 2 {
