@@ -10,4 +10,5 @@
 #![deny(unsafe_code)]
 
 pub mod compile;
+pub mod hub;
 pub mod ingest;

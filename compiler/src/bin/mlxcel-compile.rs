@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile};
+use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
 
 /// Compiles a large language model ahead of time into one verified,
@@ -14,12 +15,15 @@ use mlxcel_compiler::ingest::SourceModel;
 /// from in milliseconds.
 ///
 /// MODEL is a GGUF file, a Hugging Face directory (config.json, safetensors,
-/// tokenizer.json) or an MLX-quantized directory as mlx-lm writes it.
+/// tokenizer.json), an MLX-quantized directory as mlx-lm writes it, or a
+/// Hugging Face repo id (`owner/name`, `owner/name@revision`,
+/// `owner/name/file.gguf`) downloaded into the Hugging Face cache (HF_HOME,
+/// HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are honoured).
 #[derive(Parser)]
 #[command(name = "mlxcel-compile", version = version(), max_term_width = 100)]
 struct Args {
-    /// The source model: a .gguf file, a Hugging Face directory or an MLX directory.
-    model: PathBuf,
+    /// The source model: a .gguf file, a Hugging Face or MLX directory, or a Hub repo id.
+    model: String,
     /// The bundle to write (default: the model's name with .mlxb, in the current directory).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -68,8 +72,12 @@ fn default_output(model: &Path) -> PathBuf {
 }
 
 fn run(args: Args) -> Result<()> {
-    let source = SourceModel::open(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
-    let output = args.output.clone().unwrap_or_else(|| default_output(&args.model));
+    let model_path = match hub::parse_repo_ref(&args.model) {
+        Some(repo) => hub::fetch(&repo, !args.quiet)?,
+        None => PathBuf::from(&args.model),
+    };
+    let source = SourceModel::open(&model_path).with_context(|| format!("reading {}", model_path.display()))?;
+    let output = args.output.clone().unwrap_or_else(|| default_output(&model_path));
     let options = CompileOptions {
         quantize: args.quantize,
         group_size: args.group_size,
@@ -100,7 +108,7 @@ fn run(args: Args) -> Result<()> {
         last = p.source_bytes;
         bar.set_message(p.tensor.to_string());
     })
-    .with_context(|| format!("compiling {} into {}", args.model.display(), output.display()))?;
+    .with_context(|| format!("compiling {} into {}", model_path.display(), output.display()))?;
     bar.inc(last);
     bar.finish_and_clear();
 
