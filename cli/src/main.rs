@@ -1,5 +1,6 @@
 //! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles.
 
+mod bench;
 mod inspect;
 mod run;
 mod verify;
@@ -49,6 +50,9 @@ enum Command {
     /// Generate text from a bundle: one answer to `-p PROMPT`, or an
     /// interactive chat without it.
     Run(run::RunArgs),
+    /// Measure prompt processing (pp) and generation (tg) speed, llama-bench
+    /// style: mean ± standard deviation over repetitions.
+    Bench(bench::BenchArgs),
 }
 
 fn version_text() -> Result<String> {
@@ -96,6 +100,10 @@ fn run(cli: Cli) -> Result<()> {
         Some(Command::Run(args)) => {
             device::init_from_env().context("choosing the device")?;
             run::run(args)
+        }
+        Some(Command::Bench(args)) => {
+            device::init_from_env().context("choosing the device")?;
+            bench::bench(args)
         }
         None => Ok(()),
     }

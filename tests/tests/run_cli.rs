@@ -110,3 +110,25 @@ fn an_architecture_the_runtime_lacks_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_reports_pp_and_tg() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let b = bundle.to_str().unwrap();
+    let out = mlxcel(&["bench", b, "-p", "32", "-n", "8", "-r", "2", "--json"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, test) in rows.iter().zip(["pp32", "tg8"]) {
+        assert_eq!(row["test"], test);
+        assert_eq!(row["samples"].as_array().unwrap().len(), 2);
+        assert!(row["tokens_per_second"].as_f64().unwrap() > 0.0);
+    }
+    let table = mlxcel(&["bench", b, "-p", "16", "-n", "0", "-r", "1"], "");
+    let table = text(&table.stdout);
+    assert!(table.contains("| pp16 |") && !table.contains("tg"), "{table}");
+    let err = mlxcel(&["bench", b, "-p", "600"], "");
+    assert!(text(&err.stderr).contains("the model's context holds 512"), "{}", text(&err.stderr));
+}

@@ -1,0 +1,139 @@
+//! `mlxcel bench`: prompt-processing and generation speed of a bundle, in the
+//! shape of llama.cpp's `llama-bench` (pp512 / tg128, mean ± standard
+//! deviation over repetitions).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use mlxcel_runtime::backend::{Backend, MlxOptions};
+use mlxcel_runtime::loader::{LoadOptions, load};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+/// Options of `mlxcel bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The bundle to measure.
+    pub bundle: PathBuf,
+    /// Prompt tokens of the prompt-processing test (pp); 0 skips it.
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Tokens of the generation test (tg), one decode step each; 0 skips it.
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions of each test (after one warm-up run).
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub repetitions: usize,
+    /// Prompt tokens per forward pass in the pp test.
+    #[arg(long, default_value_t = 512)]
+    pub prefill_chunk: usize,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Tokens per second of each repetition of one test.
+struct Sample {
+    test: String,
+    tokens: usize,
+    rates: Vec<f64>,
+}
+
+impl Sample {
+    fn mean(&self) -> f64 {
+        self.rates.iter().sum::<f64>() / self.rates.len().max(1) as f64
+    }
+
+    fn stddev(&self) -> f64 {
+        let m = self.mean();
+        let n = self.rates.len();
+        if n < 2 {
+            return 0.0;
+        }
+        (self.rates.iter().map(|r| (r - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+/// Runs `mlxcel bench`.
+pub fn bench(args: BenchArgs) -> Result<()> {
+    if args.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let options =
+        LoadOptions { compute_dtype: None, backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None } };
+    let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
+    let backend = &mut model.backend;
+    let context = backend.context_length();
+    if args.n_prompt + 1 > context || args.n_gen + 1 > context {
+        bail!("the tests need {} and {} positions but the model's context holds {context}", args.n_prompt, args.n_gen);
+    }
+    let vocab = backend.vocab_size() as u32;
+    let mut rng = StdRng::seed_from_u64(0);
+    let mut samples = Vec::new();
+    if args.n_prompt > 0 {
+        let prompt: Vec<u32> = (0..args.n_prompt).map(|_| rng.random_range(0..vocab)).collect();
+        let mut rates = Vec::new();
+        for rep in 0..=args.repetitions {
+            let seq = backend.new_sequence();
+            let start = Instant::now();
+            backend.prefill(seq, &prompt, true)?;
+            let secs = start.elapsed().as_secs_f64();
+            backend.release_sequence(seq);
+            if rep > 0 {
+                rates.push(args.n_prompt as f64 / secs);
+            }
+        }
+        samples.push(Sample { test: format!("pp{}", args.n_prompt), tokens: args.n_prompt, rates });
+    }
+    if args.n_gen > 0 {
+        let mut rates = Vec::new();
+        for rep in 0..=args.repetitions {
+            let seq = backend.new_sequence();
+            let mut token = rng.random_range(0..vocab);
+            let start = Instant::now();
+            for _ in 0..args.n_gen {
+                let logits = backend.decode(&[(seq, token)])?;
+                token = mlxcel_runtime::sampler::argmax(&logits[0]);
+            }
+            let secs = start.elapsed().as_secs_f64();
+            backend.release_sequence(seq);
+            if rep > 0 {
+                rates.push(args.n_gen as f64 / secs);
+            }
+        }
+        samples.push(Sample { test: format!("tg{}", args.n_gen), tokens: args.n_gen, rates });
+    }
+
+    let name = if model.name.is_empty() { model.architecture.clone() } else { model.name.clone() };
+    let size_mib = model.weight_bytes as f64 / (1 << 20) as f64;
+    let device = mlxcel_mlx::device::default_device().to_string();
+    let threads = std::env::var("MLXCEL_THREADS").unwrap_or_else(|_| "default".into());
+    if args.json {
+        let rows: Vec<_> = samples
+            .iter()
+            .map(|s| {
+                json!({
+                    "model": name, "size_mib": size_mib, "device": device, "threads": threads,
+                    "test": s.test, "tokens": s.tokens, "repetitions": s.rates.len(),
+                    "tokens_per_second": s.mean(), "stddev": s.stddev(), "samples": s.rates,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("| model | size | device | threads | test | t/s |");
+    println!("|---|--:|---|--:|--:|--:|");
+    for s in &samples {
+        println!(
+            "| {name} | {size_mib:.1} MiB | {device} | {threads} | {} | {:.2} ± {:.2} |",
+            s.test,
+            s.mean(),
+            s.stddev()
+        );
+    }
+    Ok(())
+}
