@@ -43,14 +43,34 @@ struct Tally {
 
 struct TensorSummary {
     total: Tally,
+    /// Model parameters: the logical elements of every weight (a quantized
+    /// weight counts its unpacked values; its scales and biases do not count).
+    parameters: u64,
     by_dtype: BTreeMap<String, Tally>,
     by_quantization: BTreeMap<String, Tally>,
 }
 
 fn summarize(bundle: &Bundle) -> TensorSummary {
-    let mut summary =
-        TensorSummary { total: Tally::default(), by_dtype: BTreeMap::new(), by_quantization: BTreeMap::new() };
+    let mut summary = TensorSummary {
+        total: Tally::default(),
+        parameters: 0,
+        by_dtype: BTreeMap::new(),
+        by_quantization: BTreeMap::new(),
+    };
+    let mut quant_aux = std::collections::HashSet::new();
     for t in bundle.tensors() {
+        if let Some(q) = t.quantization() {
+            quant_aux.insert(q.scales.to_string());
+            quant_aux.extend(q.biases.map(str::to_string));
+        }
+    }
+    for t in bundle.tensors() {
+        let elements: u64 = t.shape().iter().product();
+        summary.parameters += match t.quantization() {
+            Some(q) => elements * 32 / u64::from(q.bits.max(1)),
+            None if quant_aux.contains(t.name()) => 0,
+            None => elements,
+        };
         let add = |tally: &mut Tally| {
             tally.count += 1;
             tally.bytes += t.byte_len();
@@ -129,6 +149,7 @@ pub fn to_json(bundle: &Bundle, tensors: bool) -> Value {
             })).collect::<Vec<_>>(),
         },
         "tensor_summary": {
+            "parameters": summary.parameters,
             "count": summary.total.count,
             "bytes": summary.total.bytes,
             "by_dtype": tally_json(&summary.by_dtype),
@@ -236,7 +257,13 @@ pub fn to_text(bundle: &Bundle, tensors: bool) -> String {
     out.push_str(&table(&rows));
 
     let summary = summarize(bundle);
-    let _ = writeln!(out, "\ntensors    {} ({})", summary.total.count, HumanBytes(summary.total.bytes));
+    let _ = writeln!(
+        out,
+        "\ntensors    {} ({}), {:.2} M parameters",
+        summary.total.count,
+        HumanBytes(summary.total.bytes),
+        summary.parameters as f64 / 1e6
+    );
     let mut rows = vec![vec!["dtype".to_string(), "count".into(), "bytes".into()]];
     for (dtype, t) in &summary.by_dtype {
         rows.push(vec![dtype.clone(), t.count.to_string(), HumanBytes(t.bytes).to_string()]);

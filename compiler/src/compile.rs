@@ -9,10 +9,14 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use std::borrow::Cow;
+
 use mlxcel_bundle::{
-    BundleWriter, Dtype as BundleDtype, ModelInfo, Provenance, Quantization, SourceFile, TensorSpec, WrittenBundle,
+    BundleWriter, Dtype as BundleDtype, ModelInfo, Provenance, Quantization, SourceFile, SurgeryOperation,
+    SurgeryRecord, TensorSpec, WrittenBundle,
 };
 use mlxcel_mlx::{Array, Dtype, QuantMode};
+use mlxcel_surgery::{ModelTensor, ModelView, OutputTensor, Surgery};
 use serde_json::{Value, json};
 
 use crate::ingest::gguf::quant::GgmlType;
@@ -40,6 +44,9 @@ pub enum CompileError {
     /// The options cannot be applied to this model.
     #[error("{0}")]
     Options(String),
+    /// The surgery is invalid for this model, or failed.
+    #[error(transparent)]
+    Surgery(#[from] mlxcel_surgery::SurgeryError),
     /// Reading a source file for its digest failed.
     #[error("reading {path}: {source}")]
     Io {
@@ -456,35 +463,71 @@ fn source_description(info: &TensorInfo) -> String {
     }
 }
 
-/// Compiles `source` into a bundle at `output`, calling `progress` before each tensor.
+/// One output tensor: its name, its source and stored form, and the surgery
+/// edits it gets.
+struct Job<'a> {
+    name: String,
+    info: &'a TensorInfo,
+    plan: TensorPlan,
+    edits: Option<&'a OutputTensor>,
+}
+
+/// Compiles `source` into a bundle at `output`, applying `surgery` when given,
+/// calling `progress` before each tensor.
 pub fn compile(
     source: &SourceModel,
     output: &Path,
     options: &CompileOptions,
+    surgery: Option<&Surgery>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<CompileReport> {
     let start = Instant::now();
     options.validate()?;
     let config = source.config();
+    let architecture = runtime_architecture(config.architecture);
+    // The surgery is validated against the model before any weight is read.
+    let surgery_plan = match surgery {
+        Some(s) => {
+            let tensors: Vec<ModelTensor> =
+                source.tensors().iter().map(|t| ModelTensor { name: t.name.clone(), shape: t.shape.clone() }).collect();
+            Some(s.plan(ModelView { architecture, config: &config.json, tensors: &tensors })?)
+        }
+        None => None,
+    };
+    let jobs: Vec<Job<'_>> = match &surgery_plan {
+        Some(sp) => sp
+            .outputs
+            .iter()
+            .map(|out| {
+                let info = source.tensor(&out.source).expect("the plan's sources are the model's tensors");
+                Job { name: out.name.clone(), info, plan: plan(info, options), edits: Some(out) }
+            })
+            .collect(),
+        None => source
+            .tensors()
+            .iter()
+            .map(|info| Job { name: info.name.clone(), info, plan: plan(info, options), edits: None })
+            .collect(),
+    };
     // Every plan is checked before the first byte is written.
-    let plans: Vec<TensorPlan> = source.tensors().iter().map(|t| plan(t, options)).collect();
-    for (info, p) in source.tensors().iter().zip(&plans) {
-        if let TensorPlan::Quantize { group_size, .. } = p {
-            let cols = info.shape.last().copied().unwrap_or(0);
-            if cols % *group_size as usize != 0 {
+    for job in &jobs {
+        if let TensorPlan::Quantize { group_size, .. } = job.plan {
+            let cols = job.info.shape.last().copied().unwrap_or(0);
+            if cols % group_size as usize != 0 {
                 return Err(CompileError::Options(format!(
                     "tensor {}: its {cols} columns are not a multiple of the group size {group_size} (try --group-size 32)",
-                    info.name
+                    job.info.name
                 )));
             }
         }
     }
+    let config_json = surgery_plan.as_ref().map_or(&config.json, |p| &p.config).to_string();
     let tokenizer = source.tokenizer()?;
     let generation = source.generation()?;
     let model = ModelInfo {
-        architecture: runtime_architecture(config.architecture).to_string(),
+        architecture: architecture.to_string(),
         name: options.name.clone().unwrap_or_else(|| default_name(source.path())),
-        config_json: config.json.to_string(),
+        config_json,
     };
     let mut w = BundleWriter::create(output, model)?;
     w.add_tokenizer_json(tokenizer.tokenizer_json.as_bytes())?;
@@ -510,102 +553,61 @@ pub fn compile(
     }
     w.set_generation_defaults_json(Value::Object(defaults).to_string());
 
-    let mut reports = Vec::with_capacity(plans.len());
-    for (info, p) in source.tensors().iter().zip(plans) {
-        progress(Progress { tensor: &info.name, source_bytes: info.nbytes });
+    let mut reports = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        let info = job.info;
+        progress(Progress { tensor: &job.name, source_bytes: info.nbytes });
         let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), source: e };
-        let mut error = None;
-        let bytes = match &p {
-            TensorPlan::KeepAffine => match source.load(info)? {
-                TensorData::Affine(a) => {
-                    if options.report {
-                        error = Some(0.0);
+        // A tensor a surgery edits is computed whole, on MLX; an edit that
+        // leaves it unchanged (scale by 1, add zeros) keeps its stored form.
+        let edited = match job.edits {
+            Some(out) if !out.edits.is_empty() => {
+                let original = float_array(source, info).map_err(mlx)?;
+                let values = surgery_plan
+                    .as_ref()
+                    .expect("edits come from a plan")
+                    .apply(out, &original)
+                    .map_err(CompileError::Surgery)?;
+                let changed = values.shape() != original.shape()
+                    || values.to_bytes().map_err(mlx)? != original.to_bytes().map_err(mlx)?;
+                changed.then_some(values)
+            }
+            _ => None,
+        };
+        let mut p = job.plan.clone();
+        let (bytes, error) = match edited {
+            Some(values) => {
+                let shape: Vec<usize> = values.shape().iter().map(|&d| d as usize).collect();
+                p = edited_plan(&p, info, &shape);
+                let t = FloatTensor {
+                    dtype: FloatDtype::F32,
+                    shape: shape.clone(),
+                    data: Cow::Owned(values.to_bytes().map_err(mlx)?),
+                };
+                write_floats(&mut w, &job.name, &shape, &p, std::iter::once(Ok(t)), options.report, &mlx)?
+            }
+            None => match &p {
+                TensorPlan::KeepAffine => match source.load(info)? {
+                    TensorData::Affine(a) => {
+                        let prefix = job.name.strip_suffix(".weight").unwrap_or(&job.name);
+                        (write_affine_tensor(&mut w, prefix, &a)?, options.report.then_some(0.0))
                     }
-                    let prefix = info.name.strip_suffix(".weight").unwrap_or(&info.name);
-                    write_affine_tensor(&mut w, prefix, &a)?
-                }
-                TensorData::Float(_) => {
-                    return Err(CompileError::Options(format!("tensor {} did not load as affine blocks", info.name)));
+                    TensorData::Float(_) => {
+                        return Err(CompileError::Options(format!(
+                            "tensor {} did not load as affine blocks",
+                            info.name
+                        )));
+                    }
+                },
+                // Row block by row block: a dequantized tensor is never whole in memory.
+                _ => {
+                    let chunks = source.float_chunks(info, CHUNK_BYTES)?.map(|c| c.map_err(CompileError::from));
+                    write_floats(&mut w, &job.name, &info.shape, &p, chunks, options.report, &mlx)?
                 }
             },
-            TensorPlan::Float(dtype) => {
-                // Row block by row block: a dequantized tensor is never whole in memory.
-                let mut failure = None;
-                let mut written = 0u64;
-                let converted = source.float_chunks(info, CHUNK_BYTES)?.map_while(|chunk| match chunk {
-                    Ok(t) => {
-                        let bytes = convert_float(&t, *dtype);
-                        written += bytes.len() as u64;
-                        Some(bytes)
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        None
-                    }
-                });
-                let spec = TensorSpec::new(info.name.clone(), bundle_dtype(*dtype), shape_u64(&info.shape));
-                let result = w.add_tensor_chunks(spec, converted);
-                if let Some(e) = failure {
-                    return Err(e.into());
-                }
-                result?;
-                written
-            }
-            TensorPlan::Quantize { bits, group_size } => {
-                // Groups run along rows, so row blocks quantize independently:
-                // the packed codes stream into the bundle, the (8x smaller)
-                // scales and biases follow once the weight is written.
-                let (mut scales, mut biases) = (Vec::new(), Vec::new());
-                let (mut err_num, mut err_den) = (0f64, 0f64);
-                let mut failure = None;
-                let packed = source.float_chunks(info, CHUNK_BYTES)?.map_while(|chunk| {
-                    let step = || -> Result<Vec<u8>> {
-                        let t = chunk?;
-                        let exact = t.to_array().map_err(mlx)?;
-                        let exact =
-                            if exact.dtype() == Dtype::F32 { exact } else { exact.astype(Dtype::F32).map_err(mlx)? };
-                        let q = exact.quantize(*group_size as i32, *bits as i32, QuantMode::Affine).map_err(mlx)?;
-                        if options.report {
-                            let (n, d) = squared_error(&q.dequantize(None).map_err(mlx)?, &exact).map_err(mlx)?;
-                            err_num += n;
-                            err_den += d;
-                        }
-                        scales.extend(q.scales.to_bytes().map_err(mlx)?);
-                        biases.extend(
-                            q.biases.as_ref().map(Array::to_bytes).transpose().map_err(mlx)?.unwrap_or_default(),
-                        );
-                        q.weight.to_bytes().map_err(mlx)
-                    };
-                    match step() {
-                        Ok(bytes) => Some(bytes),
-                        Err(e) => {
-                            failure = Some(e);
-                            None
-                        }
-                    }
-                });
-                let prefix = info.name.strip_suffix(".weight").unwrap_or(&info.name);
-                let result = AffineParts::write_streamed(&mut w, prefix, &info.shape, *bits, *group_size, packed);
-                if let Some(e) = failure {
-                    return Err(e);
-                }
-                let weight_bytes = result?;
-                let parts = AffineParts {
-                    shape: &info.shape,
-                    bits: *bits,
-                    group_size: *group_size,
-                    weight: &[],
-                    scales: (&scales, BundleDtype::F32),
-                    biases: (&biases, BundleDtype::F32),
-                };
-                if options.report {
-                    error = Some((err_num / err_den.max(1e-30)).sqrt());
-                }
-                weight_bytes + parts.write_groups(&mut w, prefix)?
-            }
         };
         reports.push(TensorReport {
-            name: info.name.clone(),
+            name: job.name.clone(),
             plan: p,
             source: source_description(info),
             bytes,
@@ -629,10 +631,137 @@ pub fn compile(
         source_files,
         compile_options_json: options.to_json().to_string(),
         quantization_recipe_json: Some(json!({ "tensors_by_form": counts }).to_string()),
+        surgery: match (surgery, &surgery_plan) {
+            (Some(s), Some(p)) => Some(SurgeryRecord {
+                yaml: s.yaml.clone(),
+                blake3: *blake3::hash(s.yaml.as_bytes()).as_bytes(),
+                operations: p
+                    .operations
+                    .iter()
+                    .map(|o| SurgeryOperation {
+                        description: o.description.clone(),
+                        matched_tensors: Some(o.matched.clone()),
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        },
         ..Provenance::default()
     });
     let written = w.finish()?;
     Ok(CompileReport { written, tensors: reports, elapsed: start.elapsed() })
+}
+
+/// Writes `name` (shaped `shape`) from row blocks of floats, as `plan` says:
+/// converted to a float dtype, or quantized block by block (groups run along
+/// rows, so row blocks quantize independently; the packed codes stream into
+/// the bundle and the 8x smaller scales and biases follow). Returns the bytes
+/// written and, with `report`, the relative RMS error of quantization.
+fn write_floats<'a>(
+    w: &mut BundleWriter,
+    name: &str,
+    shape: &[usize],
+    plan: &TensorPlan,
+    chunks: impl Iterator<Item = Result<FloatTensor<'a>>>,
+    report: bool,
+    mlx: &dyn Fn(mlxcel_mlx::Error) -> CompileError,
+) -> Result<(u64, Option<f64>)> {
+    let mut failure = None;
+    match plan {
+        TensorPlan::Float(dtype) => {
+            let mut written = 0u64;
+            let converted = chunks.map_while(|chunk| match chunk {
+                Ok(t) => {
+                    let bytes = convert_float(&t, *dtype);
+                    written += bytes.len() as u64;
+                    Some(bytes)
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    None
+                }
+            });
+            let result = w.add_tensor_chunks(TensorSpec::new(name, bundle_dtype(*dtype), shape_u64(shape)), converted);
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            result?;
+            Ok((written, None))
+        }
+        TensorPlan::Quantize { bits, group_size } => {
+            let (mut scales, mut biases) = (Vec::new(), Vec::new());
+            let (mut err_num, mut err_den) = (0f64, 0f64);
+            let packed = chunks.map_while(|chunk| {
+                let step = || -> Result<Vec<u8>> {
+                    let t = chunk?;
+                    let exact = t.to_array().map_err(mlx)?;
+                    let exact =
+                        if exact.dtype() == Dtype::F32 { exact } else { exact.astype(Dtype::F32).map_err(mlx)? };
+                    let q = exact.quantize(*group_size as i32, *bits as i32, QuantMode::Affine).map_err(mlx)?;
+                    if report {
+                        let (n, d) = squared_error(&q.dequantize(None).map_err(mlx)?, &exact).map_err(mlx)?;
+                        err_num += n;
+                        err_den += d;
+                    }
+                    scales.extend(q.scales.to_bytes().map_err(mlx)?);
+                    biases.extend(q.biases.as_ref().map(Array::to_bytes).transpose().map_err(mlx)?.unwrap_or_default());
+                    q.weight.to_bytes().map_err(mlx)
+                };
+                match step() {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        failure = Some(e);
+                        None
+                    }
+                }
+            });
+            let prefix = name.strip_suffix(".weight").unwrap_or(name);
+            let result = AffineParts::write_streamed(w, prefix, shape, *bits, *group_size, packed);
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            let weight_bytes = result?;
+            let parts = AffineParts {
+                shape,
+                bits: *bits,
+                group_size: *group_size,
+                weight: &[],
+                scales: (&scales, BundleDtype::F32),
+                biases: (&biases, BundleDtype::F32),
+            };
+            let error = report.then(|| (err_num / err_den.max(1e-30)).sqrt());
+            Ok((weight_bytes + parts.write_groups(w, prefix)?, error))
+        }
+        TensorPlan::KeepAffine => {
+            Err(CompileError::Options(format!("tensor {name}: affine blocks cannot be rebuilt from floats")))
+        }
+    }
+}
+
+/// A source tensor's values as one f32 MLX array (for surgery).
+fn float_array(source: &SourceModel, info: &TensorInfo) -> std::result::Result<Array, mlxcel_mlx::Error> {
+    let t = source.load_float(info).map_err(|e| mlxcel_mlx::Error::Invalid { op: "load", message: e.to_string() })?;
+    let a = t.to_array()?;
+    if a.dtype() == Dtype::F32 { Ok(a) } else { a.astype(Dtype::F32) }
+}
+
+/// The stored form of a tensor a surgery changed: blocks kept from the source
+/// are requantized at their own width and group; a quantized form whose group
+/// no longer divides the columns (after removing channels) falls back to f32.
+fn edited_plan(p: &TensorPlan, info: &TensorInfo, shape: &[usize]) -> TensorPlan {
+    let p = match p {
+        TensorPlan::KeepAffine => match info.lossless_affine() {
+            Some((bits, group)) => TensorPlan::Quantize { bits, group_size: group as u32 },
+            None => TensorPlan::Float(FloatDtype::F32),
+        },
+        other => other.clone(),
+    };
+    match p {
+        TensorPlan::Quantize { group_size, .. } if shape.last().is_none_or(|&c| c % group_size as usize != 0) => {
+            TensorPlan::Float(FloatDtype::F32)
+        }
+        other => other,
+    }
 }
 
 fn write_affine_tensor(w: &mut BundleWriter, prefix: &str, a: &AffineTensor<'_>) -> Result<u64> {

@@ -17,7 +17,7 @@ fn compile_to(
     out: &Path,
     options: &CompileOptions,
 ) -> Result<mlxcel_compiler::compile::CompileReport, CompileError> {
-    compile(src, out, options, &mut |_| {})
+    compile(src, out, options, None, &mut |_| {})
 }
 
 /// Files in `dir` (to check that a failed compile leaves nothing behind).

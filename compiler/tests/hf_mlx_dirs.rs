@@ -10,11 +10,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{SMOLLM2, TempDir, model, python, run_python};
-use mlxcel_bundle::{Bundle, Dtype as BundleDtype};
+use common::{SMOLLM2, TempDir, float_values, model, python, run_python};
+use mlxcel_bundle::Bundle;
 use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, compile};
 use mlxcel_compiler::ingest::{FloatDtype, SourceFormat, SourceModel, Storage, TensorData};
-use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
+use mlxcel_mlx::Dtype;
 
 fn names(m: &SourceModel) -> BTreeSet<String> {
     m.tensors().iter().map(|t| t.name.clone()).collect()
@@ -121,7 +121,7 @@ fn smollm2_hf_and_mlx_directories_agree_with_the_gguf() {
     let bundle_of = |src: &SourceModel, file: &str, quantize: QuantizeTarget| {
         let path = tmp.path().join(file);
         let options = CompileOptions { quantize, ..CompileOptions::default() };
-        compile(src, &path, &options, &mut |_| {}).unwrap();
+        compile(src, &path, &options, None, &mut |_| {}).unwrap();
         Bundle::open(&path).unwrap()
     };
     let from_gguf = bundle_of(&gguf, "gguf.mlxb", QuantizeTarget::Auto);
@@ -153,38 +153,4 @@ fn smollm2_hf_and_mlx_directories_agree_with_the_gguf() {
             }
         }
     }
-}
-
-/// A bundle tensor's values as f32: floats converted, affine triples
-/// dequantized through MLX.
-fn float_values(b: &Bundle, name: &str) -> Vec<f32> {
-    let t = b.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
-    let to_f32 = |v: mlxcel_bundle::TensorView<'_>| -> Vec<f32> {
-        match v.dtype() {
-            BundleDtype::F32 => {
-                v.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-            }
-            BundleDtype::F16 => {
-                v.data().chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-            }
-            BundleDtype::Bf16 => {
-                v.data().chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-            }
-            other => panic!("{}: {other:?} is not float", v.name()),
-        }
-    };
-    let Some(q) = t.quantization() else { return to_f32(t) };
-    let shape = |v: &mlxcel_bundle::TensorView<'_>| v.shape().iter().map(|&d| d as i32).collect::<Vec<_>>();
-    let array = |v: mlxcel_bundle::TensorView<'_>| Array::from_slice(&to_f32(v), &shape(&v)).unwrap();
-    let (s, bi) = (b.tensor(q.scales).unwrap(), b.tensor(q.biases.unwrap()).unwrap());
-    let quantized = Quantized {
-        weight: Array::from_bytes(t.data(), &shape(&t), Dtype::U32).unwrap(),
-        scales: array(s),
-        biases: Some(array(bi)),
-        group_size: q.group_size as i32,
-        bits: q.bits as i32,
-        mode: QuantMode::Affine,
-    };
-    // -0.0 and +0.0 compare equal as floats but not as bytes; compare floats.
-    quantized.dequantize(Some(Dtype::F32)).unwrap().to_vec::<f32>().unwrap()
 }

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile};
+use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile, runtime_architecture};
 use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
+use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
 
 /// Compiles a large language model ahead of time into one verified,
 /// memory-mappable `.mlxb` bundle that `mlxcel run` and `mlxcel-server` start
@@ -56,6 +57,13 @@ struct Args {
     /// (Gemma 3).
     #[arg(long)]
     chat_template: Option<PathBuf>,
+    /// Apply the weight edits of this YAML file before quantizing (see docs/surgery.md).
+    #[arg(long, value_name = "CFG.yaml")]
+    surgery: Option<PathBuf>,
+    /// Print which tensors each surgery operation would touch, and the config
+    /// it would change, then stop without writing anything.
+    #[arg(long, requires = "surgery")]
+    surgery_dry_run: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -78,6 +86,11 @@ fn run(args: Args) -> Result<()> {
     };
     let source = SourceModel::open(&model_path).with_context(|| format!("reading {}", model_path.display()))?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&model_path));
+    let surgery = args.surgery.as_deref().map(Surgery::from_file).transpose()?;
+    if args.surgery_dry_run {
+        let surgery = surgery.as_ref().context("--surgery-dry-run needs --surgery")?;
+        return dry_run(&source, surgery);
+    }
     let options = CompileOptions {
         quantize: args.quantize,
         group_size: args.group_size,
@@ -103,7 +116,7 @@ fn run(args: Args) -> Result<()> {
             .progress_chars("=> "),
     );
     let mut last = 0u64;
-    let report = compile(&source, &output, &options, &mut |p| {
+    let report = compile(&source, &output, &options, surgery.as_ref(), &mut |p| {
         bar.inc(last);
         last = p.source_bytes;
         bar.set_message(p.tensor.to_string());
@@ -131,6 +144,31 @@ fn run(args: Args) -> Result<()> {
         report.elapsed.as_secs_f64(),
         mlxcel_bundle::hex(&report.written.root_hash),
     );
+    Ok(())
+}
+
+/// Prints what each operation of `surgery` would do to `source`.
+fn dry_run(source: &SourceModel, surgery: &Surgery) -> Result<()> {
+    let config = source.config();
+    let tensors: Vec<ModelTensor> =
+        source.tensors().iter().map(|t| ModelTensor { name: t.name.clone(), shape: t.shape.clone() }).collect();
+    let view =
+        ModelView { architecture: runtime_architecture(config.architecture), config: &config.json, tensors: &tensors };
+    let plan = surgery.plan(view)?;
+    for (i, op) in plan.operations.iter().enumerate() {
+        println!("#{} {} ({} tensors)", i + 1, op.description, op.matched.len());
+        for name in &op.matched {
+            println!("    {name}");
+        }
+    }
+    if let (Some(old), Some(new)) = (config.json.as_object(), plan.config.as_object()) {
+        for (k, v) in new {
+            if old.get(k) != Some(v) {
+                println!("config {k}: {} -> {v}", old.get(k).map_or("(unset)".to_string(), |o| o.to_string()));
+            }
+        }
+    }
+    println!("{} tensors out, {} removed; nothing written (dry run)", plan.outputs.len(), plan.removed.len());
     Ok(())
 }
 

@@ -1,0 +1,205 @@
+//! Every validation error, provoked against a small model description, with
+//! its message checked: each names the operation's index, its op and its line.
+
+use std::path::Path;
+
+use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
+use serde_json::json;
+
+/// A two-layer Llama with 4 heads (2 KV heads) of 8, hidden 32, MLP 64.
+fn model() -> (serde_json::Value, Vec<ModelTensor>) {
+    let config = json!({
+        "model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 100
+    });
+    let mut tensors = vec![ModelTensor { name: "model.embed_tokens.weight".into(), shape: vec![100, 32] }];
+    for l in 0..2 {
+        for (t, s) in [
+            ("input_layernorm.weight", vec![32]),
+            ("self_attn.q_proj.weight", vec![32, 32]),
+            ("self_attn.k_proj.weight", vec![16, 32]),
+            ("self_attn.v_proj.weight", vec![16, 32]),
+            ("self_attn.o_proj.weight", vec![32, 32]),
+            ("post_attention_layernorm.weight", vec![32]),
+            ("mlp.gate_proj.weight", vec![64, 32]),
+            ("mlp.up_proj.weight", vec![64, 32]),
+            ("mlp.down_proj.weight", vec![32, 64]),
+        ] {
+            tensors.push(ModelTensor { name: format!("model.layers.{l}.{t}"), shape: s });
+        }
+    }
+    tensors.push(ModelTensor { name: "model.norm.weight".into(), shape: vec![32] });
+    (config, tensors)
+}
+
+/// A donor file with `model.norm.weight` (f32 [32]), `other` (f32 [5]) and
+/// `codes` (u32 [32]).
+fn donor(dir: &Path) {
+    let f32s = vec![0u8; 32 * 4];
+    let five = vec![0u8; 5 * 4];
+    let views = vec![
+        ("model.norm.weight", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![32], &f32s).unwrap()),
+        ("other", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![5], &five).unwrap()),
+        ("codes", safetensors::tensor::TensorView::new(safetensors::Dtype::U32, vec![32], &f32s).unwrap()),
+    ];
+    safetensors::serialize_to_file(views, None, &dir.join("donor.safetensors")).unwrap();
+}
+
+fn err(yaml: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    donor(dir.path());
+    let (config, tensors) = model();
+    let view = ModelView { architecture: "llama", config: &config, tensors: &tensors };
+    match Surgery::parse(yaml, dir.path()) {
+        Err(e) => e.to_string(),
+        Ok(s) => s.plan(view).err().map(|e| e.to_string()).unwrap_or_else(|| panic!("accepted:\n{yaml}")),
+    }
+}
+
+/// Wraps operations in a version-1 document; the first operation starts on line 3.
+fn ops(body: &str) -> String {
+    format!("version: 1\noperations:\n{body}")
+}
+
+#[test]
+fn document_errors() {
+    assert_eq!(
+        err("version: 2\noperations: []\n"),
+        "surgery: version 2 is not supported: this mlxcel reads surgery version 1"
+    );
+    assert_eq!(err("version: 1\noperations: []\n"), "surgery: operations is empty");
+    let e = err("version: 1\noperations:\n  - op: scale\n    targets: x\n    factor: 1\nextra: 3\n");
+    assert!(e.starts_with("surgery: unknown field `extra`"), "{e}");
+    let e = err("version: 1\noperations: [\n");
+    assert!(e.starts_with("surgery: ") && e.contains("line"), "{e}");
+}
+
+#[test]
+fn operation_errors_name_index_op_and_line() {
+    let cases: &[(&str, &str)] = &[
+        // Unknown op, unknown field.
+        ("  - op: shear\n    targets: x\n", "surgery operation #1 (shear, line 3): unknown variant `shear`"),
+        (
+            "  - op: scale\n    targets: model.norm.weight\n    facter: 2\n",
+            "surgery operation #1 (scale, line 3): unknown field `facter`",
+        ),
+        // A bad glob; a glob matching nothing.
+        (
+            "  - op: scale\n    targets: \"model.[norm\"\n    factor: 2\n",
+            "surgery operation #1 (scale, line 3): bad glob \"model.[norm\"",
+        ),
+        (
+            "  - op: scale\n    targets: [\"model.nope.*\", \"x\"]\n    factor: 2\n",
+            "surgery operation #1 (scale, line 3): targets model.nope.*, x match no tensor of the model",
+        ),
+        // Non-finite numbers; a ratio outside [0, 1].
+        (
+            "  - op: scale\n    targets: model.norm.weight\n    factor: .nan\n",
+            "surgery operation #1 (scale, line 3): factor must be a finite number, got NaN",
+        ),
+        (
+            "  - op: add\n    targets: model.norm.weight\n    source: donor.safetensors\n    alpha: .inf\n",
+            "surgery operation #1 (add, line 3): alpha must be a finite number, got inf",
+        ),
+        (
+            "  - op: interpolate\n    targets: model.norm.weight\n    sources: [model, donor.safetensors]\n    ratio: 1.5\n",
+            "surgery operation #1 (interpolate, line 3): ratio must be in [0, 1], got 1.5",
+        ),
+        // Empty ids; ids out of range.
+        (
+            "  - op: prune\n    granularity: layer\n    ids: []\n    mode: zero\n",
+            "surgery operation #1 (prune, line 3): ids is empty",
+        ),
+        (
+            "  - op: prune\n    granularity: layer\n    ids: [2]\n    mode: remove\n",
+            "surgery operation #1 (prune, line 3): layer 2 is out of range (the model has layers 0..2, less any removed)",
+        ),
+        (
+            "  - op: prune\n    granularity: attention_head\n    ids: [4]\n    mode: zero\n",
+            "surgery operation #1 (prune, line 3): head 4 is out of range (the model has 4 heads)",
+        ),
+        (
+            "  - op: prune\n    granularity: mlp_channel\n    ids: [64]\n    mode: zero\n",
+            "surgery operation #1 (prune, line 3): channel 64 is out of range (the MLP has 64 channels)",
+        ),
+        // Missing source file or key; shape and dtype mismatches.
+        (
+            "  - op: add\n    targets: model.norm.weight\n    source: nope.safetensors\n",
+            "surgery operation #1 (add, line 3): source cannot open",
+        ),
+        (
+            "  - op: replace\n    targets: model.layers.0.input_layernorm.weight\n    source: donor.safetensors\n",
+            "surgery operation #1 (replace, line 3): source ",
+        ),
+        (
+            "  - op: replace\n    targets: model.norm.weight\n    source: donor.safetensors\n    key: other\n",
+            "surgery operation #1 (replace, line 3): other in ",
+        ),
+        (
+            "  - op: replace\n    targets: model.norm.weight\n    source: donor.safetensors\n    key: codes\n",
+            "surgery operation #1 (replace, line 3): codes in ",
+        ),
+        // Removal that the config cannot express.
+        (
+            "  - op: prune\n    granularity: attention_head\n    ids: [0]\n    layers: [0]\n    mode: remove\n",
+            "surgery operation #1 (prune, line 3): removing attention_heads needs every layer",
+        ),
+        (
+            "  - op: prune\n    granularity: attention_head\n    ids: [0, 1, 2]\n    mode: remove\n",
+            "surgery operation #1 (prune, line 3): removing heads [0, 1, 2] leaves key/value groups of unequal sizes",
+        ),
+    ];
+    for (body, want) in cases {
+        let e = err(&ops(body));
+        assert!(e.starts_with(want), "got: {e}\nwant a message starting: {want}");
+    }
+    // Specifics of the source errors.
+    let e = err(&ops(
+        "  - op: replace\n    targets: model.layers.0.input_layernorm.weight\n    source: donor.safetensors\n",
+    ));
+    assert!(
+        e.ends_with("has no tensor model.layers.0.input_layernorm.weight (for model.layers.0.input_layernorm.weight)"),
+        "{e}"
+    );
+    let e =
+        err(&ops("  - op: replace\n    targets: model.norm.weight\n    source: donor.safetensors\n    key: other\n"));
+    assert!(e.ends_with("has shape [5] but model.norm.weight has shape [32]"), "{e}");
+    let e =
+        err(&ops("  - op: replace\n    targets: model.norm.weight\n    source: donor.safetensors\n    key: codes\n"));
+    assert!(e.ends_with("is U32, not a float tensor"), "{e}");
+}
+
+#[test]
+fn later_operations_have_later_lines() {
+    let yaml = ops(
+        "  # a comment\n  - op: scale\n    targets: model.norm.weight\n    factor: 2\n\n  - op: scale\n    targets: nothing\n    factor: 2\n",
+    );
+    assert_eq!(err(&yaml), "surgery operation #2 (scale, line 8): targets nothing match no tensor of the model");
+}
+
+#[test]
+fn a_valid_plan_renumbers_and_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    donor(dir.path());
+    let (config, tensors) = model();
+    let view = ModelView { architecture: "llama", config: &config, tensors: &tensors };
+    let yaml = ops(
+        "  - op: prune\n    granularity: layer\n    ids: [0]\n    mode: remove\n  - op: prune\n    granularity: attention_head\n    ids: [1, 3]\n    mode: remove\n  - op: prune\n    granularity: mlp_channel\n    ids: [0, 5, 63]\n    mode: remove\n  - op: add\n    targets: \"model.layers.*.mlp.down_proj.weight\"\n    source: donor.safetensors\n    key: \"other\"\n    alpha: 0\n",
+    );
+    // The add names a key of the wrong shape: rejected before anything runs.
+    assert!(Surgery::parse(&yaml, dir.path()).unwrap().plan(view).is_err());
+    let yaml = yaml.replace("  - op: add\n    targets: \"model.layers.*.mlp.down_proj.weight\"\n    source: donor.safetensors\n    key: \"other\"\n    alpha: 0\n", "");
+    let plan = Surgery::parse(&yaml, dir.path()).unwrap().plan(view).unwrap();
+    assert_eq!(plan.config["num_hidden_layers"], 1);
+    assert_eq!(
+        (plan.config["num_attention_heads"].as_u64(), plan.config["num_key_value_heads"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(plan.config["intermediate_size"], 61);
+    let q = plan.outputs.iter().find(|o| o.name == "model.layers.0.self_attn.q_proj.weight").unwrap();
+    assert_eq!((q.source.as_str(), q.shape.clone()), ("model.layers.1.self_attn.q_proj.weight", vec![16, 32]));
+    let down = plan.outputs.iter().find(|o| o.name == "model.layers.0.mlp.down_proj.weight").unwrap();
+    assert_eq!(down.shape, vec![32, 61]);
+    assert_eq!(plan.removed.len(), 9);
+    assert!(!plan.outputs.iter().any(|o| o.name.starts_with("model.layers.1.")));
+}
