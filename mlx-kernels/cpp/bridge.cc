@@ -11,6 +11,8 @@
 #include "mlx/backend/gpu/device_info.h"
 #include "mlx/memory.h"
 #include "mlx/version.h"
+#include "mlxcel-mlx/cpp/kernels/kernels.h"
+#include "mlxcel-mlx/cpp/kernels/primitives.h"
 
 namespace mx = mlx::core;
 
@@ -352,6 +354,57 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
                           bool transpose, int32_t group_size, int32_t bits, rust::Str mode) {
   return wrap(mx::quantized_matmul(x.inner, w.inner, scales.inner, opt(biases), transpose, group_size, bits,
                                    std::string(mode)));
+}
+
+fast::Path to_path(uint8_t p) {
+  switch (p) {
+    case 0: return fast::Path::Auto;
+    case 1: return fast::Path::Kernel;
+    case 2: return fast::Path::Mlx;
+    default: throw std::invalid_argument("unknown kernel path " + std::to_string(p));
+  }
+}
+
+ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                               int32_t group_size, int32_t bits, uint8_t path) {
+  return wrap(fast::quantized_linear(x.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+}
+
+ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                               int32_t group_size, int32_t bits, uint8_t path) {
+  return wrap(fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+}
+
+ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path) {
+  return wrap(fast::rms_norm(x.inner, opt(weight), eps, to_path(path)));
+}
+
+ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset,
+                   std::unique_ptr<Array> freqs, uint8_t path) {
+  return wrap(fast::rope(x.inner, dims, traditional, base, scale, offset, opt(freqs), to_path(path)));
+}
+
+ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode,
+                   std::unique_ptr<Array> mask, uint8_t path) {
+  return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, std::string(mask_mode), opt(mask), to_path(path)));
+}
+
+ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path) {
+  return wrap(fast::gated_activation(kind, a.inner, b.inner, to_path(path)));
+}
+
+int32_t kernels_threads() { return kern::pool_threads(); }
+int32_t kernels_default_threads() { return kern::default_threads(); }
+void kernels_set_threads(int32_t n) { kern::set_pool_threads(n); }
+uint8_t kernels_isa() { return static_cast<uint8_t>(kern::table().isa); }
+bool kernels_isa_supported(uint8_t isa) { return isa <= 2 && kern::isa_supported(static_cast<kern::Isa>(isa)); }
+bool kernels_set_isa(uint8_t isa) { return isa <= 2 && kern::set_isa(static_cast<kern::Isa>(isa)); }
+double kernels_read_bandwidth(size_t bytes, int32_t reps) { return kern::read_bandwidth_gbs(bytes, reps); }
+
+rust::Vec<rust::String> pending_ops(const ArrayList& list) {
+  rust::Vec<rust::String> out;
+  for (auto& name : fast::pending_ops(list.items)) out.push_back(rust::String(name));
+  return out;
 }
 
 ArrayPtr random_key(uint64_t seed) { return wrap(mx::random::key(seed)); }

@@ -1,0 +1,370 @@
+//! mlxcel's own CPU kernels, as MLX operations that fall back to MLX's.
+//!
+//! MLX's CPU backend runs quantized matmul scalar and single-threaded and
+//! builds RMS norm, RoPE and attention out of many small ops. The functions
+//! here add one node to the graph that runs mlxcel's kernel (SIMD for the
+//! CPU's best ISA, on a thread pool) when the default device is the CPU and the
+//! inputs are ones the kernel covers, and MLX's own operation otherwise (the
+//! GPU, other dtypes, other quantization modes). Results agree with MLX's ops
+//! to f32 rounding: activations are never quantized or rounded to a lower
+//! precision, and accumulation is in f32.
+//!
+//! What the kernels cover (everything else takes MLX's op):
+//!
+//! | operation | inputs |
+//! |---|---|
+//! | [`quantized_linear`] | f32 `x [.., K]`; affine 4- or 8-bit weights, group 32/64/128, f32 scales and biases |
+//! | [`quantized_embedding`] | integer ids; the same weights |
+//! | [`rms_norm`] | f32, optional f32 weight |
+//! | [`rope`] | f32 `[.., L, D]`, even `dims ≤ D`, a base or explicit wavelengths, offset ≥ 0 |
+//! | [`scaled_dot_product_attention`] | f32 `[B, H, L, D]`, grouped-query heads, causal, boolean or f32 additive masks |
+//! | [`gated_activation`] | f32 `silu(a) * b` and `gelu_tanh(a) * b`, equal shapes |
+//!
+//! `MLXCEL_KERNELS=mlx` (or [`set_default_path`]) turns them off for A/B
+//! comparisons; `MLXCEL_THREADS` sets the pool size (default: the physical
+//! cores the process may use) and `MLXCEL_ISA` (`scalar`, `avx2`, `avx512`) caps
+//! the instruction set.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cxx::UniquePtr;
+
+use crate::array::{Array, to_list, wrap};
+use crate::error::{Error, Result};
+use crate::ffi::bridge;
+use crate::ops::{AttentionMask, QuantMode, Quantized};
+
+/// Whose implementation an operation uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// mlxcel's kernel when it covers the inputs and the device, else MLX's op.
+    Auto,
+    /// mlxcel's kernel; inputs it does not cover are an error naming why.
+    Kernel,
+    /// MLX's own operation.
+    Mlx,
+}
+
+impl Path {
+    fn code(self) -> u8 {
+        match self {
+            Path::Auto => 0,
+            Path::Kernel => 1,
+            Path::Mlx => 2,
+        }
+    }
+}
+
+/// The environment variable that turns the kernels off (`mlx`) or on (`auto`, the default).
+pub const KERNELS_ENV: &str = "MLXCEL_KERNELS";
+
+// 0 unset, then Path::code() + 1.
+static DEFAULT_PATH: AtomicU8 = AtomicU8::new(0);
+
+/// The path the free functions of this module take: [`set_default_path`]'s,
+/// else `MLXCEL_KERNELS=mlx` → [`Path::Mlx`], else [`Path::Auto`].
+pub fn default_path() -> Path {
+    match DEFAULT_PATH.load(Ordering::Relaxed) {
+        1 => Path::Auto,
+        2 => Path::Kernel,
+        3 => Path::Mlx,
+        _ => {
+            let p = match std::env::var(KERNELS_ENV).as_deref().map(str::trim) {
+                Ok("mlx") | Ok("off") | Ok("0") => Path::Mlx,
+                _ => Path::Auto,
+            };
+            DEFAULT_PATH.store(p.code() + 1, Ordering::Relaxed);
+            p
+        }
+    }
+}
+
+/// Sets the path of the free functions, process-wide, for graphs built from now on.
+pub fn set_default_path(path: Path) {
+    DEFAULT_PATH.store(path.code() + 1, Ordering::Relaxed);
+}
+
+/// The operations of this module with an explicit [`Path`] (tests and
+/// benchmarks compare [`Path::Kernel`] with [`Path::Mlx`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Fast {
+    path: Path,
+}
+
+/// The operations of this module on `path`.
+pub fn on(path: Path) -> Fast {
+    Fast { path }
+}
+
+/// The activation of a gated MLP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GateActivation {
+    /// `silu(a) * b` (SwiGLU).
+    Silu,
+    /// `gelu_tanh(a) * b` (GeGLU; the tanh approximation of GELU).
+    GeluApprox,
+}
+
+fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
+    match a {
+        Some(a) => bridge::clone_array(&a.inner),
+        None => UniquePtr::null(),
+    }
+}
+
+impl Fast {
+    /// `x @ Wᵀ` for a quantized `W [out, in]` and `x [.., in]`.
+    pub fn quantized_linear(&self, x: &Array, w: &Quantized) -> Result<Array> {
+        if w.mode != QuantMode::Affine {
+            return match self.path {
+                Path::Kernel => Err(Error::invalid(
+                    "quantized_linear",
+                    format!("mlxcel's kernel covers affine quantization, not {}", w.mode.name()),
+                )),
+                _ => w.matmul(x, true),
+            };
+        }
+        wrap(
+            "quantized_linear",
+            bridge::fast_quantized_linear(
+                &x.inner,
+                &w.weight.inner,
+                &w.scales.inner,
+                opt(w.biases.as_ref()),
+                w.group_size,
+                w.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// The rows `ids` (any shape of integer ids) of a quantized table,
+    /// dequantized: `[..ids, in]`.
+    pub fn quantized_embedding(&self, ids: &Array, w: &Quantized) -> Result<Array> {
+        if w.mode != QuantMode::Affine {
+            if self.path == Path::Kernel {
+                return Err(Error::invalid(
+                    "quantized_embedding",
+                    format!("mlxcel's kernel covers affine quantization, not {}", w.mode.name()),
+                ));
+            }
+            let rows = Quantized {
+                weight: w.weight.take(ids, 0)?,
+                scales: w.scales.take(ids, 0)?,
+                biases: w.biases.as_ref().map(|b| b.take(ids, 0)).transpose()?,
+                ..w.clone()
+            };
+            return rows.dequantize(None);
+        }
+        wrap(
+            "quantized_embedding",
+            bridge::fast_quantized_gather(
+                &ids.inner,
+                &w.weight.inner,
+                &w.scales.inner,
+                opt(w.biases.as_ref()),
+                w.group_size,
+                w.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// RMS normalisation over the last axis: `x / sqrt(mean(x²) + eps) * weight`.
+    pub fn rms_norm(&self, x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
+        wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.code()))
+    }
+
+    /// Rotary position embedding of the first `dims` features of the last
+    /// axis for positions `offset..` along the second-to-last axis, as MLX's
+    /// `fast::rope`: with `freqs` (wavelengths, `dims / 2` of them) instead of
+    /// `base`, positions multiplied by `scale`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        x: &Array,
+        dims: i32,
+        traditional: bool,
+        base: f32,
+        scale: f32,
+        offset: i32,
+        freqs: Option<&Array>,
+    ) -> Result<Array> {
+        wrap("rope", bridge::fast_rope(&x.inner, dims, traditional, base, scale, offset, opt(freqs), self.path.code()))
+    }
+
+    /// `softmax(q kᵀ * scale + mask) v` with `q: [batch, heads, queries, dim]`
+    /// and `k, v: [batch, kv_heads, keys, dim]` (grouped-query heads).
+    pub fn scaled_dot_product_attention(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        scale: f32,
+        mask: AttentionMask<'_>,
+    ) -> Result<Array> {
+        let (mode, arr) = match mask {
+            AttentionMask::None => ("", None),
+            AttentionMask::Causal => ("causal", None),
+            AttentionMask::Array(a) => ("array", Some(a)),
+        };
+        wrap(
+            "scaled_dot_product_attention",
+            bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.code()),
+        )
+    }
+
+    /// `act(a) * b`, elementwise (the gate of a gated MLP).
+    pub fn gated_activation(&self, act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
+        let (kind, name) = match act {
+            GateActivation::Silu => (0, "silu_mul"),
+            GateActivation::GeluApprox => (1, "gelu_approx_mul"),
+        };
+        wrap(name, bridge::fast_gated_activation(kind, &a.inner, &b.inner, self.path.code()))
+    }
+}
+
+/// [`Fast::quantized_linear`] on the [`default_path`].
+pub fn quantized_linear(x: &Array, w: &Quantized) -> Result<Array> {
+    on(default_path()).quantized_linear(x, w)
+}
+
+/// [`Fast::quantized_embedding`] on the [`default_path`].
+pub fn quantized_embedding(ids: &Array, w: &Quantized) -> Result<Array> {
+    on(default_path()).quantized_embedding(ids, w)
+}
+
+/// [`Fast::rms_norm`] on the [`default_path`].
+pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
+    on(default_path()).rms_norm(x, weight, eps)
+}
+
+/// [`Fast::rope`] on the [`default_path`].
+pub fn rope(
+    x: &Array,
+    dims: i32,
+    traditional: bool,
+    base: f32,
+    scale: f32,
+    offset: i32,
+    freqs: Option<&Array>,
+) -> Result<Array> {
+    on(default_path()).rope(x, dims, traditional, base, scale, offset, freqs)
+}
+
+/// [`Fast::scaled_dot_product_attention`] on the [`default_path`].
+pub fn scaled_dot_product_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    mask: AttentionMask<'_>,
+) -> Result<Array> {
+    on(default_path()).scaled_dot_product_attention(q, k, v, scale, mask)
+}
+
+/// [`Fast::gated_activation`] on the [`default_path`].
+pub fn gated_activation(act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
+    on(default_path()).gated_activation(act, a, b)
+}
+
+/// `silu(a) * b` on the [`default_path`].
+pub fn silu_mul(a: &Array, b: &Array) -> Result<Array> {
+    gated_activation(GateActivation::Silu, a, b)
+}
+
+/// `gelu_tanh(a) * b` on the [`default_path`].
+pub fn gelu_approx_mul(a: &Array, b: &Array) -> Result<Array> {
+    gated_activation(GateActivation::GeluApprox, a, b)
+}
+
+/// Threads the kernels use (the stream thread included).
+pub fn threads() -> usize {
+    bridge::kernels_threads().max(1) as usize
+}
+
+/// The default thread count: `MLXCEL_THREADS`, else the physical cores this
+/// process may run on.
+pub fn default_threads() -> usize {
+    bridge::kernels_default_threads().max(1) as usize
+}
+
+/// Sets the kernels' thread count, process-wide (0 restores the default).
+/// Takes effect for the next kernel that runs.
+pub fn set_threads(n: usize) {
+    bridge::kernels_set_threads(i32::try_from(n).unwrap_or(i32::MAX));
+}
+
+/// The instruction sets the kernels are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable C++ (every CPU; arm64 runs this until it has a NEON layer).
+    Scalar,
+    /// x86-64 AVX2 with FMA (8 lanes).
+    Avx2,
+    /// x86-64 AVX-512 F/BW/DQ/VL (16 lanes).
+    Avx512,
+}
+
+impl Isa {
+    /// Every ISA, lowest first.
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    fn code(self) -> u8 {
+        match self {
+            Isa::Scalar => 0,
+            Isa::Avx2 => 1,
+            Isa::Avx512 => 2,
+        }
+    }
+
+    /// `scalar`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU (and OS) can run it.
+    pub fn is_supported(self) -> bool {
+        bridge::kernels_isa_supported(self.code())
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The ISA the kernels run with now.
+pub fn isa() -> Isa {
+    match bridge::kernels_isa() {
+        2 => Isa::Avx512,
+        1 => Isa::Avx2,
+        _ => Isa::Scalar,
+    }
+}
+
+/// Makes the kernels use `isa`, process-wide (tests run each ISA this way).
+pub fn set_isa(isa: Isa) -> Result<()> {
+    if bridge::kernels_set_isa(isa.code()) {
+        Ok(())
+    } else {
+        Err(Error::Device(format!("this CPU cannot run the {isa} kernels")))
+    }
+}
+
+/// The best read bandwidth (GB/s) of `reps` passes summing a buffer of
+/// `bytes` on the kernels' threads: the ceiling of a bandwidth-bound decode.
+pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
+    bridge::kernels_read_bandwidth(bytes, i32::try_from(reps).unwrap_or(i32::MAX))
+}
+
+/// The operations (MLX primitive names) that evaluating `outputs` would run
+/// now: one entry per graph node not yet computed.
+pub fn pending_ops(outputs: &[&Array]) -> Vec<String> {
+    bridge::pending_ops(&to_list(outputs))
+}
