@@ -4,6 +4,7 @@
 // and reported as an exception, which cxx turns into a Rust `Err`.
 #include "mlxcel-mlx/cpp/bridge.h"
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -375,6 +376,30 @@ ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& sc
   return wrap(fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
 }
 
+namespace {
+std::vector<fast::QuantizedWeight> weight_triples(const ArrayList& weights) {
+  if (weights.items.size() % 3 != 0) throw std::invalid_argument("weights come as (codes, scales, biases) triples");
+  std::vector<fast::QuantizedWeight> ws;
+  for (size_t i = 0; i < weights.items.size(); i += 3)
+    ws.push_back({weights.items[i], weights.items[i + 1], weights.items[i + 2]});
+  return ws;
+}
+}  // namespace
+
+std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights,
+                                                       rust::Slice<const int32_t> heads, int32_t group_size,
+                                                       int32_t bits, uint8_t path) {
+  return wrap_list(fast::quantized_linear_multi(x.inner, weight_triples(weights), to_ints(heads), group_size, bits,
+                                                to_path(path)));
+}
+
+ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size,
+                                     int32_t bits, uint8_t path) {
+  auto ws = weight_triples(weights);
+  if (ws.size() != 2) throw std::invalid_argument("a gated linear takes a gate and an up projection");
+  return wrap(fast::quantized_gated_linear(kind, x.inner, ws[0], ws[1], group_size, bits, to_path(path)));
+}
+
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path) {
   return wrap(fast::rms_norm(x.inner, opt(weight), eps, to_path(path)));
 }
@@ -405,6 +430,45 @@ rust::Vec<rust::String> pending_ops(const ArrayList& list) {
   rust::Vec<rust::String> out;
   for (auto& name : fast::pending_ops(list.items)) out.push_back(rust::String(name));
   return out;
+}
+
+// Seconds per call of the quantized-matmul kernel alone (no graph, no MLX
+// dispatch), best of `iters` calls on evaluated, row-contiguous f32 arrays.
+double kernels_bench_qmm(const Array& x, const Array& w, const Array& scales, const Array& biases, int32_t group_size,
+                         int32_t bits, int32_t iters) {
+  std::vector<mx::array> in{x.inner, w.inner, scales.inner, biases.inner};
+  mx::eval(in);
+  for (const auto& a : in) {
+    if (!a.flags().row_contiguous) throw std::invalid_argument("kernels_bench_qmm: inputs must be row-contiguous");
+  }
+  if (x.inner.dtype() != mx::float32 || w.inner.dtype() != mx::uint32 || scales.inner.dtype() != mx::float32 ||
+      biases.inner.dtype() != mx::float32 || (bits != 4 && bits != 8))
+    throw std::invalid_argument("kernels_bench_qmm: f32 x, u32 w, f32 scales/biases, 4 or 8 bits");
+  const int K = x.inner.shape(-1), N = w.inner.shape(0);
+  if (w.inner.shape(1) * 32 / bits != K || K % group_size != 0)
+    throw std::invalid_argument("kernels_bench_qmm: shapes do not match");
+  std::vector<float> out(static_cast<size_t>(x.inner.size() / K) * N);
+  kern::QmmArgs a{};
+  a.x = x.inner.data<float>();
+  a.ldx = K;
+  a.w = w.inner.data<uint32_t>();
+  a.scales = scales.inner.data<float>();
+  a.biases = biases.inner.data<float>();
+  a.out = out.data();
+  a.ldo = N;
+  a.M = static_cast<int>(x.inner.size() / K);
+  a.N = N;
+  a.K = K;
+  a.group_size = group_size;
+  a.bits = bits;
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    kern::table().qmm(a);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = dt < best ? dt : best;
+  }
+  return best;
 }
 
 ArrayPtr random_key(uint64_t seed) { return wrap(mx::random::key(seed)); }

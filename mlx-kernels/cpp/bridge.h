@@ -103,6 +103,8 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
 // 1 insists on ours, 2 always takes MLX's op.
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
+std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, uint8_t path);
+ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path);
 ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs, uint8_t path);
 ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, uint8_t path);
@@ -115,6 +117,7 @@ bool kernels_isa_supported(uint8_t isa);
 bool kernels_set_isa(uint8_t isa);
 double kernels_read_bandwidth(size_t bytes, int32_t reps);
 rust::Vec<rust::String> pending_ops(const ArrayList& list);
+double kernels_bench_qmm(const Array& x, const Array& w, const Array& scales, const Array& biases, int32_t group_size, int32_t bits, int32_t iters);
 
 // Random numbers, always from an explicit key (deterministic per seed).
 ArrayPtr random_key(uint64_t seed);

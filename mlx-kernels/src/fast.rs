@@ -14,6 +14,8 @@
 //! | operation | inputs |
 //! |---|---|
 //! | [`quantized_linear`] | f32 `x [.., K]`; affine 4- or 8-bit weights, group 32/64/128, f32 scales and biases |
+//! | [`quantized_linear_many`], [`quantized_linear_heads`] | the same, up to 8 weights sharing x in one node (q/k/v) |
+//! | [`quantized_gated_linear`] | the same, `act(x Gᵀ) * (x Uᵀ)` in one node (a gated MLP's gate and up) |
 //! | [`quantized_embedding`] | integer ids; the same weights |
 //! | [`rms_norm`] | f32, optional f32 weight |
 //! | [`rope`] | f32 `[.., L, D]`, even `dims ≤ D`, a base or explicit wavelengths, offset ≥ 0 |
@@ -29,7 +31,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use cxx::UniquePtr;
 
-use crate::array::{Array, to_list, wrap};
+use crate::array::{Array, from_list, to_list, wrap};
 use crate::error::{Error, Result};
 use crate::ffi::bridge;
 use crate::ops::{AttentionMask, QuantMode, Quantized};
@@ -138,6 +140,112 @@ impl Fast {
         )
     }
 
+    /// `x @ W_iᵀ` for several weights in one node (q, k and v; gate and up):
+    /// x is read once and all rows share one dispatch.
+    pub fn quantized_linear_many(&self, x: &Array, ws: &[&Quantized]) -> Result<Vec<Array>> {
+        let with_heads: Vec<(&Quantized, i32)> = ws.iter().map(|&w| (w, 0)).collect();
+        self.quantized_linear_heads(x, &with_heads)
+    }
+
+    /// [`Fast::quantized_linear_many`] with outputs split into heads: for
+    /// `x [B, L, K]` and `(W_i, heads_i)` with `heads_i > 0`, output i is
+    /// `[B, heads_i, L, N_i / heads_i]` (attention's layout); with 0 it is
+    /// `[B, L, N_i]`.
+    pub fn quantized_linear_heads(&self, x: &Array, ws: &[(&Quantized, i32)]) -> Result<Vec<Array>> {
+        let first = ws.first().ok_or_else(|| Error::invalid("quantized_linear_heads", "no weights"))?.0;
+        let fusable = ws.len() <= 8
+            && ws.iter().all(|(w, _)| {
+                w.mode == QuantMode::Affine
+                    && w.biases.is_some()
+                    && w.bits == first.bits
+                    && w.group_size == first.group_size
+            });
+        if !fusable {
+            if self.path == Path::Kernel {
+                return Err(Error::invalid(
+                    "quantized_linear_heads",
+                    "mlxcel's kernel fuses at most 8 affine weights of one bit width and group size",
+                ));
+            }
+            return ws
+                .iter()
+                .map(|&(w, heads)| {
+                    let y = self.quantized_linear(x, w)?;
+                    if heads <= 0 {
+                        return Ok(y);
+                    }
+                    let s = x.shape();
+                    let n = w.weight.shape()[0];
+                    y.reshape(&[s[0], s[1], heads, n / heads])?.transpose(&[0, 2, 1, 3])
+                })
+                .collect();
+        }
+        let mut list = Vec::with_capacity(ws.len() * 3);
+        for (w, _) in ws {
+            list.extend([&w.weight, &w.scales, w.biases.as_ref().expect("checked above")]);
+        }
+        let heads: Vec<i32> = ws.iter().map(|&(_, h)| h).collect();
+        from_list(
+            "quantized_linear_heads",
+            bridge::fast_quantized_linear_multi(
+                &x.inner,
+                &to_list(&list),
+                &heads,
+                first.group_size,
+                first.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// `act(x @ Gᵀ) * (x @ Uᵀ)` in one node: a gated MLP's gate and up
+    /// projections with its activation.
+    pub fn quantized_gated_linear(
+        &self,
+        x: &Array,
+        gate: &Quantized,
+        up: &Quantized,
+        act: GateActivation,
+    ) -> Result<Array> {
+        let fusable = [gate, up].iter().all(|w| w.mode == QuantMode::Affine && w.biases.is_some())
+            && gate.bits == up.bits
+            && gate.group_size == up.group_size;
+        if !fusable {
+            if self.path == Path::Kernel {
+                return Err(Error::invalid(
+                    "quantized_gated_linear",
+                    "mlxcel's kernel fuses affine weights of one bit width and group size",
+                ));
+            }
+            let g = self.quantized_linear(x, gate)?;
+            let u = self.quantized_linear(x, up)?;
+            return self.gated_activation(act, &g, &u);
+        }
+        let kind = match act {
+            GateActivation::Silu => 0,
+            GateActivation::GeluApprox => 1,
+        };
+        let list = [
+            &gate.weight,
+            &gate.scales,
+            gate.biases.as_ref().expect("checked above"),
+            &up.weight,
+            &up.scales,
+            up.biases.as_ref().expect("checked above"),
+        ];
+        wrap(
+            "quantized_gated_linear",
+            bridge::fast_quantized_gated_linear(
+                kind,
+                &x.inner,
+                &to_list(&list),
+                gate.group_size,
+                gate.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
     /// The rows `ids` (any shape of integer ids) of a quantized table,
     /// dequantized: `[..ids, in]`.
     pub fn quantized_embedding(&self, ids: &Array, w: &Quantized) -> Result<Array> {
@@ -227,6 +335,21 @@ impl Fast {
 /// [`Fast::quantized_linear`] on the [`default_path`].
 pub fn quantized_linear(x: &Array, w: &Quantized) -> Result<Array> {
     on(default_path()).quantized_linear(x, w)
+}
+
+/// [`Fast::quantized_linear_many`] on the [`default_path`].
+pub fn quantized_linear_many(x: &Array, ws: &[&Quantized]) -> Result<Vec<Array>> {
+    on(default_path()).quantized_linear_many(x, ws)
+}
+
+/// [`Fast::quantized_linear_heads`] on the [`default_path`].
+pub fn quantized_linear_heads(x: &Array, ws: &[(&Quantized, i32)]) -> Result<Vec<Array>> {
+    on(default_path()).quantized_linear_heads(x, ws)
+}
+
+/// [`Fast::quantized_gated_linear`] on the [`default_path`].
+pub fn quantized_gated_linear(x: &Array, gate: &Quantized, up: &Quantized, act: GateActivation) -> Result<Array> {
+    on(default_path()).quantized_gated_linear(x, gate, up, act)
 }
 
 /// [`Fast::quantized_embedding`] on the [`default_path`].
@@ -367,4 +490,21 @@ pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
 /// now: one entry per graph node not yet computed.
 pub fn pending_ops(outputs: &[&Array]) -> Vec<String> {
     bridge::pending_ops(&to_list(outputs))
+}
+
+/// Seconds per call of the quantized-matmul kernel alone (no MLX graph or
+/// dispatch), best of `iters` calls; for micro-benchmarks.
+pub fn bench_quantized_linear(x: &Array, w: &Quantized, iters: u32) -> Result<f64> {
+    let biases =
+        w.biases.as_ref().ok_or_else(|| Error::invalid("bench_quantized_linear", "affine weights need biases"))?;
+    bridge::kernels_bench_qmm(
+        &x.inner,
+        &w.weight.inner,
+        &w.scales.inner,
+        &biases.inner,
+        w.group_size,
+        w.bits,
+        i32::try_from(iters).unwrap_or(i32::MAX),
+    )
+    .map_err(|e| Error::mlx("bench_quantized_linear", e))
 }

@@ -148,6 +148,22 @@ pub(crate) mod bridge {
             bits: i32,
             path: u8,
         ) -> Result<UniquePtr<Array>>;
+        fn fast_quantized_linear_multi(
+            x: &Array,
+            weights: &ArrayList,
+            heads: &[i32],
+            group_size: i32,
+            bits: i32,
+            path: u8,
+        ) -> Result<UniquePtr<ArrayList>>;
+        fn fast_quantized_gated_linear(
+            kind: u8,
+            x: &Array,
+            weights: &ArrayList,
+            group_size: i32,
+            bits: i32,
+            path: u8,
+        ) -> Result<UniquePtr<Array>>;
         fn fast_rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32, path: u8) -> Result<UniquePtr<Array>>;
         #[allow(clippy::too_many_arguments)]
         fn fast_rope(
@@ -178,6 +194,16 @@ pub(crate) mod bridge {
         fn kernels_set_isa(isa: u8) -> bool;
         fn kernels_read_bandwidth(bytes: usize, reps: i32) -> f64;
         fn pending_ops(list: &ArrayList) -> Vec<String>;
+        #[allow(clippy::too_many_arguments)]
+        fn kernels_bench_qmm(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: &Array,
+            group_size: i32,
+            bits: i32,
+            iters: i32,
+        ) -> Result<f64>;
 
         fn random_key(seed: u64) -> Result<UniquePtr<Array>>;
         fn random_split(key: &Array, num: i32) -> Result<UniquePtr<Array>>;

@@ -158,6 +158,71 @@ fn quantized_linear_batched_and_strided_inputs() {
     check_qlinear("row-strided", &q, &vals(&view.contiguous().unwrap()), 4, k, &vals(&got), &vals(&want));
 }
 
+/// q, k and v in one node, split into heads (attention's layout), for decode
+/// (one position: the memory is the plain layout) and prefill shapes.
+#[test]
+fn fused_projections_into_heads() {
+    init();
+    let (mut rng, _) = rng("fused_projections_into_heads");
+    for (bits, group) in [(4, 32), (8, 64), (4, 128)] {
+        let k = 256usize;
+        let (heads, kv_heads, d) = (6i32, 2i32, 16i32);
+        let wq = quantized(&mut rng, (heads * d) as usize, k, group, bits);
+        let wk = quantized(&mut rng, (kv_heads * d) as usize, k, group, bits);
+        let wv = quantized(&mut rng, (kv_heads * d) as usize, k, group, bits);
+        for (b, l) in [(1i32, 1i32), (2, 1), (1, 5), (2, 13)] {
+            let x = normal(&mut rng, (b * l) as usize * k);
+            let xa = arr(&x, &[b, l, k as i32]);
+            let ws = [(&wq, heads), (&wk, kv_heads), (&wv, 0)];
+            let want = mlx().quantized_linear_heads(&xa, &ws).unwrap();
+            each_config(|cfg| {
+                let got = kernel().quantized_linear_heads(&xa, &ws).unwrap();
+                for (i, ((g, w), (q, h))) in got.iter().zip(&want).zip(ws).enumerate() {
+                    assert_eq!(g.shape(), w.shape(), "{cfg} output {i}");
+                    // Back to [b * l, N] rows to check against the f64 reference.
+                    let plain = |t: &Array| {
+                        let n = q.weight.shape()[0];
+                        let t = if h > 0 { t.transpose(&[0, 2, 1, 3]).unwrap() } else { t.clone() };
+                        vals(&t.reshape(&[b * l, n]).unwrap())
+                    };
+                    let what = format!("{cfg} bits={bits} group={group} b={b} l={l} output {i}");
+                    check_qlinear(&what, q, &x, (b * l) as usize, k, &plain(g), &plain(w));
+                }
+            });
+        }
+    }
+}
+
+/// act(x Gᵀ) * (x Uᵀ) in one node against the same from MLX's ops. Both
+/// products carry the error of check_qlinear (≲ 8·sqrt(K)·ε of their terms);
+/// silu and gelu have slopes ≤ 1.13, so the relative RMS of the result stays
+/// within 1e-5 for K = 320.
+#[test]
+fn fused_gated_projection() {
+    init();
+    let (mut rng, _) = rng("fused_gated_projection");
+    for (bits, group) in [(4, 32), (8, 64), (4, 64)] {
+        let (n, k) = (75usize, 320usize);
+        let (wg, wu) = (quantized(&mut rng, n, k, group, bits), quantized(&mut rng, n, k, group, bits));
+        for m in [1i32, 3, 17] {
+            let x = arr(&normal(&mut rng, m as usize * k), &[1, m, k as i32]);
+            for act in [GateActivation::Silu, GateActivation::GeluApprox] {
+                let want = vals(&mlx().quantized_gated_linear(&x, &wg, &wu, act).unwrap());
+                each_config(|cfg| {
+                    let got = kernel().quantized_gated_linear(&x, &wg, &wu, act).unwrap();
+                    assert_eq!(got.shape(), vec![1, m, n as i32]);
+                    assert_rms(&format!("{cfg} bits={bits} group={group} m={m} {act:?}"), &vals(&got), &want, 1e-5);
+                });
+            }
+        }
+    }
+    // Different bit widths cannot fuse: the kernel path says so, Auto falls back.
+    let (a, b) = (quantized(&mut rng, 16, 64, 32, 4), quantized(&mut rng, 16, 64, 32, 8));
+    let x = arr(&normal(&mut rng, 64), &[1, 64]);
+    assert!(kernel().quantized_gated_linear(&x, &a, &b, GateActivation::Silu).is_err());
+    assert!(fast::on(Path::Auto).quantized_gated_linear(&x, &a, &b, GateActivation::Silu).is_ok());
+}
+
 #[test]
 fn quantized_embedding_matches_mlx_dequantize() {
     init();

@@ -104,81 +104,139 @@ inline float exp_sub_sum(float* x, float m, int n) {
 // with sum_k x_k per group computed once per call.
 
 constexpr int kQmvMaxM = 8;
+constexpr int kQmvAhead = 2;  // blocks of rows the software prefetch runs ahead
 
-template <int BITS, int R, int MM>
+// Rows n .. n+R of W against MM rows of x. With a 16-entry table (AVX-512,
+// 4-bit), each group's codes go through a table of its dequantized values
+// (s * code + b, one FMA per group) and the dot product needs no bias term;
+// otherwise codes are converted to floats, summed against x per group, scaled
+// once per group, and the bias enters as b * sum(x) per group.
+template <int BITS, int GS, int R, int MM>
 inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, float* out) {
   constexpr int SPAN = BITS == 4 ? 2 * W : W;
-  const int K = a.K, gs = a.group_size, G = K / gs;
+  constexpr int CH = GS / SPAN;
+  constexpr int GBYTES = GS * BITS / 8;
+  constexpr bool LUT = BITS == 4 && S::kLut16;
+  constexpr int NA = MM == 1 ? 2 : 1;  // accumulators per (row, x row): two halve the FMA chains
+  const int K = a.K, G = K / GS;
   const int64_t row_bytes = static_cast<int64_t>(K) * BITS / 8;
-  const int gbytes = gs * BITS / 8;
-  const int chunks = gs / SPAN;
   const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
   const float* sc = a.scales + static_cast<int64_t>(n) * G;
   const float* bi = a.biases + static_cast<int64_t>(n) * G;
-  V tot[R][MM];
+  V tot[R][MM][NA];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int m = 0; m < MM; ++m) tot[r][m] = S::zero();
+    for (int m = 0; m < MM; ++m)
+#pragma GCC unroll 2
+      for (int i = 0; i < NA; ++i) tot[r][m][i] = S::zero();
+  [[maybe_unused]] const V iota = S::iota();
+  // Software prefetch of the block of rows kQmvAhead blocks ahead, spread over
+  // the groups (weights, then scales and biases), so that DRAM latency
+  // overlaps the arithmetic.
+  const int64_t ahead = static_cast<int64_t>(kQmvAhead) * R;
+  const int64_t next_bytes = R * row_bytes;
+  const int64_t per_group = ((next_bytes + 64 * G - 1) / (64 * G)) * 64;
   for (int g = 0; g < G; ++g) {
+    const float* xg = xp + static_cast<int64_t>(g) * GS;
+    if (n + ahead + R <= a.N) {
+      const uint8_t* pf = wb + ahead * row_bytes;
+      for (int64_t off = g * per_group; off < (g + 1) * per_group && off < next_bytes; off += 64) S::prefetch(pf + off);
+      if (g < 2 * R) {
+        const float* sp = (g & 1 ? bi : sc) + (ahead + g / 2) * G;
+        S::prefetch(sp);
+        S::prefetch(sp + G - 1);
+      }
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = wb + r * row_bytes + static_cast<int64_t>(g) * gbytes;
-      const float* xg = xp + static_cast<int64_t>(g) * gs;
-      V acc[MM];
+      const uint8_t* p = wb + r * row_bytes + static_cast<int64_t>(g) * GBYTES;
+      if constexpr (LUT) {
+        const V lut = S::fma(iota, S::set1(sc[r * G + g]), S::set1(bi[r * G + g]));
 #pragma GCC unroll 8
-      for (int m = 0; m < MM; ++m) acc[m] = S::zero();
-      for (int c = 0; c < chunks; ++c) {
-        const float* xc = xg + c * SPAN;
-        if constexpr (BITS == 4) {
+        for (int c = 0; c < CH; ++c) {
           V lo, hi;
-          S::nib(p + c * W, lo, hi);
+          S::nib_lut(p + c * W, lut, lo, hi);
+          const float* xc = xg + c * SPAN;
 #pragma GCC unroll 8
           for (int m = 0; m < MM; ++m) {
-            acc[m] = S::fma(lo, S::load(xc + static_cast<int64_t>(m) * K), acc[m]);
-            acc[m] = S::fma(hi, S::load(xc + static_cast<int64_t>(m) * K + W), acc[m]);
+            tot[r][m][0] = S::fma(lo, S::load(xc + static_cast<int64_t>(m) * K), tot[r][m][0]);
+            tot[r][m][NA - 1] = S::fma(hi, S::load(xc + static_cast<int64_t>(m) * K + W), tot[r][m][NA - 1]);
           }
-        } else {
-          const V q = S::u8(p + c * W);
-#pragma GCC unroll 8
-          for (int m = 0; m < MM; ++m) acc[m] = S::fma(q, S::load(xc + static_cast<int64_t>(m) * K), acc[m]);
         }
-      }
-      const V s = S::set1(sc[r * G + g]);
+      } else {
+        V acc[MM];
 #pragma GCC unroll 8
-      for (int m = 0; m < MM; ++m) tot[r][m] = S::fma(acc[m], s, tot[r][m]);
+        for (int m = 0; m < MM; ++m) acc[m] = S::zero();
+#pragma GCC unroll 8
+        for (int c = 0; c < CH; ++c) {
+          const float* xc = xg + c * SPAN;
+          if constexpr (BITS == 4) {
+            V lo, hi;
+            S::nib(p + c * W, lo, hi);
+#pragma GCC unroll 8
+            for (int m = 0; m < MM; ++m) {
+              acc[m] = S::fma(lo, S::load(xc + static_cast<int64_t>(m) * K), acc[m]);
+              acc[m] = S::fma(hi, S::load(xc + static_cast<int64_t>(m) * K + W), acc[m]);
+            }
+          } else {
+            const V q = S::u8(p + c * W);
+#pragma GCC unroll 8
+            for (int m = 0; m < MM; ++m) acc[m] = S::fma(q, S::load(xc + static_cast<int64_t>(m) * K), acc[m]);
+          }
+        }
+        const V s = S::set1(sc[r * G + g]);
+#pragma GCC unroll 8
+        for (int m = 0; m < MM; ++m) tot[r][m][0] = S::fma(acc[m], s, tot[r][m][0]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < MM; ++m)
-      out[static_cast<int64_t>(m) * a.ldo + n + r] = S::hsum(tot[r][m]) + dot(bi + r * G, xs + m * G, G);
+  for (int r = 0; r < R; ++r) {
+    for (int m = 0; m < MM; ++m) {
+      float y = S::hsum(NA == 2 ? S::add(tot[r][m][0], tot[r][m][NA - 1]) : tot[r][m][0]);
+      if constexpr (!LUT) y += dot(bi + r * G, xs + m * G, G);
+      out[static_cast<int64_t>(m) * a.ldo + n + r] = y;
+    }
+  }
 }
 
-template <int BITS, int MM>
+template <int BITS, int GS, int MM>
 void qmv_range(const QmmArgs& a, int n0, int n1, const float* xp, const float* xs, float* out) {
   constexpr int R = MM == 1 ? 4 : (MM == 2 ? 2 : 1);
   int n = n0;
-  for (; n + R <= n1; n += R) qmv_rows<BITS, R, MM>(a, n, xp, xs, out);
-  for (; n < n1; ++n) qmv_rows<BITS, 1, MM>(a, n, xp, xs, out);
+  for (; n + R <= n1; n += R) qmv_rows<BITS, GS, R, MM>(a, n, xp, xs, out);
+  for (; n < n1; ++n) qmv_rows<BITS, GS, 1, MM>(a, n, xp, xs, out);
+}
+
+template <int BITS, int GS>
+void qmv_dispatch_m(const QmmArgs& a, int mm, int n0, int n1, const float* xp, const float* xs, float* out) {
+  switch (mm) {
+    case 1: qmv_range<BITS, GS, 1>(a, n0, n1, xp, xs, out); break;
+    case 2: qmv_range<BITS, GS, 2>(a, n0, n1, xp, xs, out); break;
+    case 3: qmv_range<BITS, GS, 3>(a, n0, n1, xp, xs, out); break;
+    case 4: qmv_range<BITS, GS, 4>(a, n0, n1, xp, xs, out); break;
+    case 5: qmv_range<BITS, GS, 5>(a, n0, n1, xp, xs, out); break;
+    case 6: qmv_range<BITS, GS, 6>(a, n0, n1, xp, xs, out); break;
+    case 7: qmv_range<BITS, GS, 7>(a, n0, n1, xp, xs, out); break;
+    default: qmv_range<BITS, GS, 8>(a, n0, n1, xp, xs, out); break;
+  }
 }
 
 template <int BITS>
 void qmv_dispatch(const QmmArgs& a, int mm, int n0, int n1, const float* xp, const float* xs, float* out) {
-  switch (mm) {
-    case 1: qmv_range<BITS, 1>(a, n0, n1, xp, xs, out); break;
-    case 2: qmv_range<BITS, 2>(a, n0, n1, xp, xs, out); break;
-    case 3: qmv_range<BITS, 3>(a, n0, n1, xp, xs, out); break;
-    case 4: qmv_range<BITS, 4>(a, n0, n1, xp, xs, out); break;
-    case 5: qmv_range<BITS, 5>(a, n0, n1, xp, xs, out); break;
-    case 6: qmv_range<BITS, 6>(a, n0, n1, xp, xs, out); break;
-    case 7: qmv_range<BITS, 7>(a, n0, n1, xp, xs, out); break;
-    default: qmv_range<BITS, 8>(a, n0, n1, xp, xs, out); break;
+  switch (a.group_size) {
+    case 32: qmv_dispatch_m<BITS, 32>(a, mm, n0, n1, xp, xs, out); break;
+    case 64: qmv_dispatch_m<BITS, 64>(a, mm, n0, n1, xp, xs, out); break;
+    default: qmv_dispatch_m<BITS, 128>(a, mm, n0, n1, xp, xs, out); break;
   }
 }
 
+// Several matrices against the same x (q, k and v; gate and up) in one
+// parallel pass: x is permuted once and all rows share one pool dispatch.
 template <int BITS>
-void qmv(const QmmArgs& a) {
-  const int K = a.K, gs = a.group_size, G = K / gs, M = a.M, N = a.N;
+void qmv_multi(const QmmArgs* args, int count) {
+  const QmmArgs& a = args[0];
+  const int K = a.K, gs = a.group_size, G = K / gs, M = a.M;
   float* xp = scratch(kScratchX, static_cast<size_t>(M) * (K + G));
   float* xs = xp + static_cast<size_t>(M) * K;
   for (int m = 0; m < M; ++m) {
@@ -199,15 +257,24 @@ void qmv(const QmmArgs& a) {
       xs[m * G + g] = s;
     }
   }
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += args[i].N;
   const int threads = pool_threads();
-  const bool parallel = threads > 1 && static_cast<int64_t>(M) * N * K >= kParallelWork * 4;
-  const int chunk = parallel ? imax(16, round_up(ceil_div(N, threads * 8), 4)) : N;
-  const int tasks = ceil_div(N, chunk);
-  parallel_for(tasks, [&](int t) {
-    const int n0 = t * chunk, n1 = imin(N, n0 + chunk);
+  const bool parallel = threads > 1 && M * total * K >= kParallelWork * 4;
+  // Rows per task: ~8 tasks per thread over all matrices, multiples of 4.
+  const int chunk = parallel ? imax(16, round_up(static_cast<int>((total + threads * 8 - 1) / (threads * 8)), 4))
+                             : static_cast<int>(total);
+  int first[8 + 1];  // first task of each matrix (count <= 8)
+  first[0] = 0;
+  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + ceil_div(args[i].N, chunk);
+  parallel_for(first[count], [&](int t) {
+    int i = 0;
+    while (t >= first[i + 1]) ++i;
+    const QmmArgs& ai = args[i];
+    const int n0 = (t - first[i]) * chunk, n1 = imin(ai.N, n0 + chunk);
     for (int m0 = 0; m0 < M; m0 += kQmvMaxM) {
       const int mm = imin(kQmvMaxM, M - m0);
-      qmv_dispatch<BITS>(a, mm, n0, n1, xp + static_cast<int64_t>(m0) * K, xs + m0 * G, a.out + m0 * a.ldo);
+      qmv_dispatch<BITS>(ai, mm, n0, n1, xp + static_cast<int64_t>(m0) * K, xs + m0 * G, ai.out + m0 * ai.ldo);
     }
   });
 }
@@ -353,13 +420,21 @@ void qgemm(const QmmArgs& a) {
   });
 }
 
-void qmm(const QmmArgs& a) {
-  if (a.M <= 0 || a.N <= 0) return;
-  if (a.M <= kQmvMaxM) {
-    if (a.bits == 4) qmv<4>(a); else qmv<8>(a);
-  } else {
-    if (a.bits == 4) qgemm<4>(a); else qgemm<8>(a);
+// `count` (at most 8) products of the same x (same M, K, bits and group size).
+void qmm_multi(const QmmArgs* args, int count) {
+  if (count <= 0 || args[0].M <= 0) return;
+  if (args[0].M <= kQmvMaxM) {
+    if (args[0].bits == 4) qmv_multi<4>(args, count); else qmv_multi<8>(args, count);
+    return;
   }
+  for (int i = 0; i < count; ++i) {
+    if (args[i].N <= 0) continue;
+    if (args[i].bits == 4) qgemm<4>(args[i]); else qgemm<8>(args[i]);
+  }
+}
+
+void qmm(const QmmArgs& a) {
+  if (a.N > 0) qmm_multi(&a, 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -753,4 +828,4 @@ float read_sum(const float* x, int64_t n) {
   return s;
 }
 
-const Table kTable = {kIsa, kIsaName, qmm, rms_norm, rope, attention, gate, gather, read_sum};
+const Table kTable = {kIsa, kIsaName, qmm, qmm_multi, rms_norm, rope, attention, gate, gather, read_sum};

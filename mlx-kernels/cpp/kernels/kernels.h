@@ -87,6 +87,8 @@ struct Table {
   Isa isa;
   const char* name;
   void (*qmm)(const QmmArgs&);
+  /// Up to 8 products sharing x (same M, K, bits, group size), in one pass.
+  void (*qmm_multi)(const QmmArgs* args, int count);
   void (*rms_norm)(const float* x, int64_t ldx, const float* w, float* out, int rows, int dim, float eps);
   void (*rope)(const RopeArgs&);
   void (*attention)(const AttnArgs&);

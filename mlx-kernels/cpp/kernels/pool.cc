@@ -10,6 +10,13 @@
 #include <sched.h>
 #include <unistd.h>
 
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+#include <climits>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -41,6 +48,25 @@ namespace {
 
 thread_local bool t_in_pool = false;
 
+// Parking on a 32-bit word. libstdc++'s std::atomic::wait keeps its own
+// waiter bookkeeping and was seen to leave workers asleep after notify_all;
+// on Linux the futex is used directly.
+void park(std::atomic<uint32_t>& word, uint32_t expected) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+#else
+  word.wait(expected);
+#endif
+}
+
+void unpark_all(std::atomic<uint32_t>& word) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+#else
+  word.notify_all();
+#endif
+}
+
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -48,6 +74,11 @@ int env_int(const char* name, int fallback) {
   long n = std::strtol(v, &end, 10);
   if (end == v || *end != '\0' || n <= 0 || n > 4096) return fallback;
   return static_cast<int>(n);
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
 }
 
 // Physical cores among the CPUs this process may run on (SMT siblings count once).
@@ -113,7 +144,7 @@ class Pool {
     done_.store(0, std::memory_order_relaxed);
     state_.store(static_cast<uint64_t>(seq) << 32, std::memory_order_seq_cst);
     wake_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_.notify_all();
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) unpark_all(wake_);
     t_in_pool = true;
     run_tasks(seq);
     t_in_pool = false;
@@ -126,7 +157,9 @@ class Pool {
   }
 
  private:
-  explicit Pool(int n) : spin_us_(env_int("MLXCEL_SPIN_US", 300)) { start_workers(n); }
+  explicit Pool(int n) : spin_us_(env_int("MLXCEL_SPIN_US", 300)), yield_(!env_is("MLXCEL_SPIN_YIELD", "0")) {
+    start_workers(n);
+  }
 
   // Claims and runs tasks of job `seq` until none are left.
   void run_tasks(uint32_t seq) {
@@ -158,13 +191,17 @@ class Pool {
         if (static_cast<uint32_t>(st >> 32) != seen) break;
         MLXCEL_PAUSE();
         if ((++spins & 31) != 0) continue;
+        // Idle: let any other runnable thread of this core (MLX's own threads
+        // building and dispatching the graph) go first. A worker only ever
+        // yields while it holds no task, so this never delays a job.
+        if (yield_) sched_yield();
         auto waited = std::chrono::steady_clock::now() - start;
         if (waited < std::chrono::microseconds(spin_us_)) continue;
         // Park until the next job (see `run` for the wake-up protocol).
         uint32_t w = wake_.load(std::memory_order_seq_cst);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         st = state_.load(std::memory_order_seq_cst);
-        if (static_cast<uint32_t>(st >> 32) == seen && !stop_.load(std::memory_order_seq_cst)) wake_.wait(w);
+        if (static_cast<uint32_t>(st >> 32) == seen && !stop_.load(std::memory_order_seq_cst)) park(wake_, w);
         sleepers_.fetch_sub(1, std::memory_order_seq_cst);
         start = std::chrono::steady_clock::now();
       }
@@ -183,7 +220,7 @@ class Pool {
   void stop_workers() {
     stop_.store(true, std::memory_order_seq_cst);
     wake_.fetch_add(1, std::memory_order_seq_cst);
-    wake_.notify_all();
+    unpark_all(wake_);
     for (auto& t : workers_) t.join();
     workers_.clear();
     n_threads_.store(1);
@@ -200,6 +237,7 @@ class Pool {
   std::atomic<int> n_threads_{1};
   uint32_t seq_ = 0;
   int spin_us_;
+  bool yield_;
 };
 
 struct Scratch {

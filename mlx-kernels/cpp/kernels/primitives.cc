@@ -112,6 +112,25 @@ void launch(mx::Primitive& p, const std::vector<array>& inputs, array& out, F f)
   });
 }
 
+// `launch` for primitives with several outputs.
+template <class F>
+void launch_multi(mx::Primitive& p, const std::vector<array>& inputs, std::vector<array>& outputs, F f) {
+  auto& enc = mx::cpu::get_command_encoder(p.stream());
+  std::vector<array> ins, outs;
+  ins.reserve(inputs.size());
+  outs.reserve(outputs.size());
+  for (const auto& in : inputs) {
+    enc.set_input_array(in);
+    ins.push_back(array::unsafe_weak_copy(in));
+  }
+  for (auto& out : outputs) {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    enc.set_output_array(out);
+    outs.push_back(array::unsafe_weak_copy(out));
+  }
+  enc.dispatch([f = std::move(f), ins = std::move(ins), outs = std::move(outs)]() mutable { f(ins, outs); });
+}
+
 class KernelPrimitive : public mx::UnaryPrimitive {
  public:
   explicit KernelPrimitive(mx::Stream s) : mx::UnaryPrimitive(s) {}
@@ -225,6 +244,150 @@ class QuantizedGather : public KernelPrimitive {
 
  private:
   int gs_, bits_;
+};
+
+// Several quantized products of one x in one pass (q, k and v; gate and up).
+// Output i is `x @ W_iᵀ` shaped like x with N_i features, or, when heads[i] >
+// 0, split into heads and transposed: [B, heads, L, N_i / heads] for x
+// [B, L, K] (what attention wants; for one position the memory is the same).
+// Inputs: x, then (w, scales, biases) per product.
+struct ProductPlan {
+  std::vector<kern::QmmArgs> args;
+  std::vector<std::vector<float>> tmp;
+};
+
+// Runs the products of `in` (x, then weight triples) into `dst[i]` (plain
+// [M, N_i] layout each); returns the row count M.
+int run_products(std::vector<array>& in, int gs, int bits, const std::vector<float*>& dst) {
+  const array& x = in[0];
+  const int K = x.shape(-1);
+  const int M = K == 0 ? 0 : static_cast<int>(x.size() / K);
+  const int n = static_cast<int>(dst.size());
+  std::vector<float> xb;
+  std::vector<std::vector<float>> sb(n), bb(n);
+  std::vector<std::vector<uint32_t>> wb(n);
+  std::vector<kern::QmmArgs> args(n);
+  int64_t ldx = K;
+  const float* xp = K == 0 ? nullptr : rows_of(x, xb, ldx);
+  for (int i = 0; i < n; ++i) {
+    auto& a = args[i];
+    a.x = xp;
+    a.ldx = ldx;
+    a.w = row_major(in[1 + 3 * i], wb[i]);
+    a.scales = row_major(in[2 + 3 * i], sb[i]);
+    a.biases = row_major(in[3 + 3 * i], bb[i]);
+    a.N = in[1 + 3 * i].shape(0);
+    a.out = dst[i];
+    a.ldo = a.N;
+    a.M = M;
+    a.K = K;
+    a.group_size = gs;
+    a.bits = bits;
+    if (K == 0) std::memset(dst[i], 0, static_cast<size_t>(M) * a.N * sizeof(float));
+  }
+  if (K > 0 && M > 0) kern::table().qmm_multi(args.data(), n);
+  return M;
+}
+
+class QuantizedLinearMulti : public mx::Primitive {
+ public:
+  QuantizedLinearMulti(mx::Stream s, int gs, int bits, std::vector<int> heads)
+      : mx::Primitive(s), gs_(gs), bits_(bits), heads_(std::move(heads)) {}
+  const char* name() const override { return "MlxcelQuantizedLinearMulti"; }
+  bool is_equivalent(const mx::Primitive& o) const override {
+    auto& q = static_cast<const QuantizedLinearMulti&>(o);
+    return gs_ == q.gs_ && bits_ == q.bits_ && heads_ == q.heads_;
+  }
+  void eval_gpu(const std::vector<array>&, std::vector<array>&) override {
+    throw std::runtime_error("MlxcelQuantizedLinearMulti has no GPU version");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return shapes(in[0], in, heads_, bits_); }
+
+  static std::vector<mx::Shape> shapes(const array& x, const std::vector<array>& in, const std::vector<int>& heads,
+                                       int bits) {
+    (void)bits;
+    std::vector<mx::Shape> out;
+    for (size_t i = 0; i < heads.size(); ++i) {
+      const int N = in[1 + 3 * i].shape(0);
+      if (heads[i] > 0) {
+        out.push_back({x.shape(0), heads[i], x.shape(1), N / heads[i]});
+      } else {
+        auto sh = x.shape();
+        sh.back() = N;
+        out.push_back(sh);
+      }
+    }
+    return out;
+  }
+
+  void eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
+    launch_multi(*this, inputs, outputs,
+                 [gs = gs_, bits = bits_, heads = heads_](std::vector<array>& in, std::vector<array>& out) {
+                   const array& x = in[0];
+                   const int n = static_cast<int>(heads.size());
+                   // With one position per sequence the head layout is the plain one.
+                   const int L = x.ndim() == 3 ? x.shape(1) : 1;
+                   std::vector<std::vector<float>> tmp(n);
+                   std::vector<float*> dst(n);
+                   for (int i = 0; i < n; ++i) {
+                     if (heads[i] > 0 && L > 1) {
+                       tmp[i].resize(out[i].size());
+                       dst[i] = tmp[i].data();
+                     } else {
+                       dst[i] = out[i].data<float>();
+                     }
+                   }
+                   run_products(in, gs, bits, dst);
+                   for (int i = 0; i < n; ++i) {
+                     if (tmp[i].empty()) continue;
+                     const int B = x.shape(0), H = heads[i], N = in[1 + 3 * i].shape(0), D = N / H;
+                     float* o = out[i].data<float>();
+                     for (int b = 0; b < B; ++b)
+                       for (int l = 0; l < L; ++l)
+                         for (int h = 0; h < H; ++h)
+                           std::memcpy(o + ((static_cast<int64_t>(b) * H + h) * L + l) * D,
+                                       tmp[i].data() + (static_cast<int64_t>(b) * L + l) * N + h * D,
+                                       D * sizeof(float));
+                   }
+                 });
+  }
+
+ private:
+  int gs_, bits_;
+  std::vector<int> heads_;
+};
+
+// act(x Gᵀ) * (x Uᵀ): a gated MLP's gate and up projections and its
+// activation in one node.
+class QuantizedGatedLinear : public KernelPrimitive {
+ public:
+  QuantizedGatedLinear(mx::Stream s, int gs, int bits, int kind)
+      : KernelPrimitive(s), gs_(gs), bits_(bits), kind_(kind) {}
+  const char* name() const override { return "MlxcelQuantizedGatedLinear"; }
+  bool is_equivalent(const mx::Primitive& o) const override {
+    auto& q = static_cast<const QuantizedGatedLinear&>(o);
+    return gs_ == q.gs_ && bits_ == q.bits_ && kind_ == q.kind_;
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
+    auto shape = in[0].shape();
+    shape.back() = in[1].shape(0);
+    return {shape};
+  }
+  void eval_cpu(const std::vector<array>& inputs, array& out) override {
+    launch(*this, inputs, out, [gs = gs_, bits = bits_, kind = kind_](std::vector<array>& in, array& out) {
+      const int N = in[1].shape(0);
+      const size_t count = out.size();
+      float* g = kern::scratch(kern::kScratchShared, 2 * count);
+      float* u = g + count;
+      const int M = run_products(in, gs, bits, {g, u});
+      if (M == 0 || N == 0) return;
+      kern::GateArgs ga{g, N, u, N, out.data<float>(), M, N, kind};
+      kern::table().gate(ga);
+    });
+  }
+
+ private:
+  int gs_, bits_, kind_;
 };
 
 // ---------------------------------------------------------------------------
@@ -623,6 +786,93 @@ mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::arr
   shape.back() = w.shape(0);
   return array(std::move(shape), mx::float32, std::make_shared<QuantizedLinear>(s, group_size, bits),
                {x, w, scales, *biases});
+}
+
+namespace {
+
+// Why several weights cannot go through one fused product ("" when they can).
+std::string multi_unsupported(const mx::array& x, const std::vector<QuantizedWeight>& ws, int gs, int bits) {
+  if (ws.empty() || ws.size() > 8) return "between 1 and 8 weights are fused, not " + std::to_string(ws.size());
+  if (x.dtype() != mx::float32) return "activations must be float32, not " + dtype_str(x.dtype());
+  if (x.ndim() < 1) return "activations must have at least one dimension";
+  for (const auto& w : ws) {
+    if (auto why = quant_unsupported(w.w, w.scales, w.biases, gs, bits); !why.empty()) return why;
+    if (w.w.shape(1) * 32 / bits != x.shape(-1))
+      return "activations have " + std::to_string(x.shape(-1)) + " features, a weight " +
+             std::to_string(w.w.shape(1) * 32 / bits);
+  }
+  return "";
+}
+
+std::vector<array> multi_inputs(const mx::array& x, const std::vector<QuantizedWeight>& ws) {
+  std::vector<array> inputs{x};
+  for (const auto& w : ws) {
+    inputs.push_back(w.w);
+    inputs.push_back(w.scales);
+    inputs.push_back(*w.biases);
+  }
+  return inputs;
+}
+
+}  // namespace
+
+std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vector<QuantizedWeight>& ws,
+                                              const std::vector<int>& heads, int group_size, int bits, Path path) {
+  if (heads.size() != ws.size()) throw std::invalid_argument("quantized_linear_multi: one head count per weight");
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (heads[i] < 0) throw std::invalid_argument("quantized_linear_multi: negative head count");
+    if (heads[i] > 0 && (x.ndim() != 3 || ws[i].w.ndim() != 2 || ws[i].w.shape(0) % heads[i] != 0))
+      throw std::invalid_argument("quantized_linear_multi: heads need x [batch, seq, features] and outputs " +
+                                  std::string("divisible by the head count"));
+  }
+  bool on_cpu = false;
+  auto s = cpu_stream_or_default(on_cpu);
+  auto mlx_op = [&] {
+    std::vector<array> outs;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      auto y = mx::quantized_matmul(x, ws[i].w, ws[i].scales, ws[i].biases, true, group_size, bits, "affine");
+      if (heads[i] > 0) {
+        y = mx::reshape(y, {x.shape(0), x.shape(1), heads[i], y.shape(-1) / heads[i]});
+        y = mx::transpose(y, {0, 2, 1, 3});
+      }
+      outs.push_back(y);
+    }
+    return outs;
+  };
+  if (path == Path::Mlx) return mlx_op();
+  std::string why = on_cpu ? multi_unsupported(x, ws, group_size, bits) : "the default device is not the CPU";
+  if (!why.empty()) {
+    if (path == Path::Auto) return mlx_op();
+    refuse("quantized_linear_multi", why);
+  }
+  auto inputs = multi_inputs(x, ws);
+  auto shapes = QuantizedLinearMulti::shapes(x, inputs, heads, bits);
+  std::vector<mx::Dtype> dtypes(ws.size(), mx::float32);
+  return array::make_arrays(std::move(shapes), dtypes, std::make_shared<QuantizedLinearMulti>(s, group_size, bits, heads),
+                            inputs);
+}
+
+mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
+                                 int group_size, int bits, Path path) {
+  if (kind != 0 && kind != 1) throw std::invalid_argument("quantized_gated_linear: unknown activation");
+  bool on_cpu = false;
+  auto s = cpu_stream_or_default(on_cpu);
+  auto mlx_op = [&] {
+    auto g = mx::quantized_matmul(x, gate.w, gate.scales, gate.biases, true, group_size, bits, "affine");
+    auto u = mx::quantized_matmul(x, up.w, up.scales, up.biases, true, group_size, bits, "affine");
+    return gated_activation(kind, g, u, Path::Mlx);
+  };
+  if (path == Path::Mlx) return mlx_op();
+  std::string why = on_cpu ? multi_unsupported(x, {gate, up}, group_size, bits) : "the default device is not the CPU";
+  if (why.empty() && gate.w.shape(0) != up.w.shape(0)) why = "gate and up projections have different widths";
+  if (!why.empty()) {
+    if (path == Path::Auto) return mlx_op();
+    refuse("quantized_gated_linear", why);
+  }
+  auto shape = x.shape();
+  shape.back() = gate.w.shape(0);
+  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGatedLinear>(s, group_size, bits, kind),
+               multi_inputs(x, {gate, up}));
 }
 
 mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,

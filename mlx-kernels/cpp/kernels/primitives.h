@@ -22,6 +22,23 @@ enum class Path : uint8_t { Auto = 0, Kernel = 1, Mlx = 2 };
 mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const std::optional<mx::array>& biases, int group_size, int bits, Path path);
 
+/// One affine-quantized weight: packed codes, scales and biases.
+struct QuantizedWeight {
+  mx::array w;
+  mx::array scales;
+  std::optional<mx::array> biases;
+};
+
+/// `x @ W_iᵀ` for each weight in one node (one pass over x, one dispatch).
+/// heads[i] > 0 returns output i split into heads, `[B, heads, L, N_i/heads]`
+/// for x `[B, L, K]`; 0 returns it as `[.., N_i]`.
+std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vector<QuantizedWeight>& ws,
+                                              const std::vector<int>& heads, int group_size, int bits, Path path);
+
+/// `act(x @ Gᵀ) * (x @ Uᵀ)` in one node (kind 0 silu, 1 gelu_tanh).
+mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
+                                 int group_size, int bits, Path path);
+
 /// Rows `ids` of affine-quantized W, dequantized: `[..ids, K]`.
 mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
                            const std::optional<mx::array>& biases, int group_size, int bits, Path path);

@@ -69,6 +69,12 @@ struct S {
     hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(d, 4));
   }
 
+  // No 16-entry in-register table at 8 lanes: 4-bit codes are converted.
+  static constexpr bool kLut16 = false;
+  static inline V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
+  static inline void nib_lut(const uint8_t*, V, V&, V&) {}
+  static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
   // In-place transpose of an 8x8 block held as 8 row vectors.
   static inline void transpose(V* r) {
     V t[8], u[8];

@@ -66,6 +66,18 @@ struct S {
     hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(d, 4));
   }
 
+  // 4-bit codes through a 16-entry table: vpermps reads the low 4 bits of each
+  // lane, so a table of dequantized values (s * code + b) turns W bytes into
+  // the values of their low and high nibbles with no integer-to-float work.
+  static constexpr bool kLut16 = true;
+  static inline V iota() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static inline void nib_lut(const uint8_t* p, V lut, V& lo, V& hi) {
+    __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm512_permutexvar_ps(d, lut);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
+  }
+  static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
   // In-place transpose of a 16x16 block held as 16 row vectors.
   static inline void transpose(V* r) {
     V t[16], u[16];

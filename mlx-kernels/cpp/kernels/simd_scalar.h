@@ -55,4 +55,8 @@ struct S {
     hi = static_cast<float>(*p >> 4);
   }
   static inline void transpose(V*) {}
+  static constexpr bool kLut16 = false;
+  static inline V iota() { return 0.0f; }
+  static inline void nib_lut(const uint8_t*, V, V&, V&) {}
+  static inline void prefetch(const void* p) { __builtin_prefetch(p); }
 };

@@ -1,0 +1,131 @@
+//! Micro-benchmarks of mlxcel's CPU kernels against MLX's own operations, at
+//! the shapes of SmolLM2-135M and Gemma-3-270M, plus this machine's memory
+//! read bandwidth (the decode roofline).
+//!
+//! ```text
+//! cargo run --release -p mlxcel-mlx --example kernel_bench -- [--threads 1,2] [--quick] [--no-mlx]
+//! ```
+//!
+//! Per shape and row count M it prints: the kernel alone (best of many calls,
+//! no MLX graph), its weight bandwidth and GFLOP/s; the same kernel as a graph
+//! node (MLX dispatch included, averaged over 16 nodes in one evaluation); and
+//! MLX's own `quantized_matmul` (best of a few). Timings on a shared machine
+//! are noisy: everything is best-of-N.
+
+use std::time::Instant;
+
+use mlxcel_mlx::fast::{self, Path};
+use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized, random};
+
+struct Shape {
+    model: &'static str,
+    name: &'static str,
+    n: i32,
+    k: i32,
+}
+
+const SHAPES: [Shape; 12] = [
+    Shape { model: "SmolLM2-135M", name: "q/o_proj", n: 576, k: 576 },
+    Shape { model: "SmolLM2-135M", name: "k/v_proj", n: 192, k: 576 },
+    Shape { model: "SmolLM2-135M", name: "gate/up", n: 1536, k: 576 },
+    Shape { model: "SmolLM2-135M", name: "down", n: 576, k: 1536 },
+    Shape { model: "SmolLM2-135M", name: "lm_head", n: 49152, k: 576 },
+    Shape { model: "Gemma-3-270M", name: "q_proj", n: 1024, k: 640 },
+    Shape { model: "Gemma-3-270M", name: "k/v_proj", n: 256, k: 640 },
+    Shape { model: "Gemma-3-270M", name: "o_proj", n: 640, k: 1024 },
+    Shape { model: "Gemma-3-270M", name: "gate/up", n: 2048, k: 640 },
+    Shape { model: "Gemma-3-270M", name: "down", n: 640, k: 2048 },
+    Shape { model: "Gemma-3-270M", name: "lm_head", n: 262144, k: 640 },
+    Shape { model: "square", name: "4096²", n: 4096, k: 4096 },
+];
+
+fn time_best(reps: usize, mut f: impl FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn main() -> Result<(), mlxcel_mlx::Error> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let no_mlx = args.iter().any(|a| a == "--no-mlx");
+    let threads: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--threads")
+        .and_then(|i| args.get(i + 1))
+        .map(|s| s.split(',').filter_map(|t| t.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, fast::default_threads()]);
+    let key = random::Key::new(7)?;
+    println!("mlxcel kernels: ISA {}, default threads {}", fast::isa(), fast::default_threads());
+    for &t in &threads {
+        fast::set_threads(t);
+        println!("\n## {t} thread(s)\n");
+        for (what, bytes) in [("256 MiB (DRAM)", 256usize << 20), ("16 MiB", 16 << 20), ("1 MiB (L2)", 1 << 20)] {
+            let reps = if bytes > (64 << 20) { 8 } else { 50 };
+            println!("read bandwidth, {what}: {:.1} GB/s", fast::read_bandwidth_gbs(bytes, reps));
+        }
+        println!();
+        println!(
+            "| model | matrix | N×K | bits/group | M | kernel µs | GB/s | GFLOP/s | as graph node µs | MLX µs | vs MLX |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        for s in &SHAPES {
+            if quick && (s.n > 60000 || s.n == 4096) {
+                continue;
+            }
+            for (bits, group) in [(4, 32), (8, 32)] {
+                if quick && bits == 8 {
+                    continue;
+                }
+                let w = random::normal(&[s.n, s.k], Dtype::F32, 0.0, 1.0, &key)?;
+                let q: Quantized = w.quantize(group, bits, QuantMode::Affine)?;
+                let biases = q.biases.clone().expect("affine");
+                Array::eval_all(&[&q.weight, &q.scales, &biases])?;
+                drop(w);
+                let wbytes = q.weight.nbytes() + q.scales.nbytes() + biases.nbytes();
+                for m in [1i32, 512] {
+                    if m == 512 && s.n > 60000 {
+                        continue;
+                    }
+                    let x = random::normal(&[m, s.k], Dtype::F32, 0.0, 1.0, &key)?;
+                    x.eval()?;
+                    let iters = if m == 1 { 200 } else { 5 };
+                    let kt = fast::bench_quantized_linear(&x, &q, iters)?;
+                    let flops = 2.0 * f64::from(m) * f64::from(s.n) * f64::from(s.k);
+                    // As graph nodes: 16 independent products in one evaluation.
+                    let nodes = if m == 1 { 16 } else { 2 };
+                    let graph = time_best(if m == 1 { 20 } else { 3 }, || {
+                        let outs: Vec<Array> =
+                            (0..nodes).map(|_| fast::on(Path::Kernel).quantized_linear(&x, &q).unwrap()).collect();
+                        Array::eval_all(&outs.iter().collect::<Vec<_>>()).unwrap();
+                    }) / nodes as f64;
+                    let mlx = if no_mlx || (m == 512 && s.n * s.k > 4_000_000) {
+                        f64::NAN
+                    } else {
+                        time_best(if m == 1 { 5 } else { 1 }, || {
+                            fast::on(Path::Mlx).quantized_linear(&x, &q).unwrap().eval().unwrap();
+                        })
+                    };
+                    println!(
+                        "| {} | {} | {}×{} | {bits}/{group} | {m} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                        s.model,
+                        s.name,
+                        s.n,
+                        s.k,
+                        kt * 1e6,
+                        wbytes as f64 / kt / 1e9,
+                        flops / kt / 1e9,
+                        graph * 1e6,
+                        if mlx.is_nan() { "–".to_string() } else { format!("{:.0}", mlx * 1e6) },
+                        if mlx.is_nan() { "–".to_string() } else { format!("{:.0}×", mlx / graph) },
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
