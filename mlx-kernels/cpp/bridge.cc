@@ -4,6 +4,7 @@
 // and reported as an exception, which cxx turns into a Rust `Err`.
 #include "mlxcel-mlx/cpp/bridge.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -414,6 +415,8 @@ ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, 
   return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, std::string(mask_mode), opt(mask), to_path(path)));
 }
 
+ArrayPtr fast_merge_heads(const Array& x, uint8_t path) { return wrap(fast::merge_heads(x.inner, to_path(path))); }
+
 ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path) {
   return wrap(fast::gated_activation(kind, a.inner, b.inner, to_path(path)));
 }
@@ -432,39 +435,54 @@ rust::Vec<rust::String> pending_ops(const ArrayList& list) {
   return out;
 }
 
-// Seconds per call of the quantized-matmul kernel alone (no graph, no MLX
-// dispatch), best of `iters` calls on evaluated, row-contiguous f32 arrays.
-double kernels_bench_qmm(const Array& x, const Array& w, const Array& scales, const Array& biases, int32_t group_size,
-                         int32_t bits, int32_t iters) {
-  std::vector<mx::array> in{x.inner, w.inner, scales.inner, biases.inner};
-  mx::eval(in);
-  for (const auto& a : in) {
+// Seconds per pass of the quantized-matmul kernel alone (no graph, no MLX
+// dispatch) over the weights of `weights` ((codes, scales, biases) triples)
+// in sequence, best of `reps` passes. One weight measures a matrix that stays
+// in cache; many distinct copies measure one streamed from memory.
+double kernels_bench_qmm(const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, int32_t reps) {
+  if (weights.items.empty() || weights.items.size() % 3 != 0)
+    throw std::invalid_argument("kernels_bench_qmm: weights come as (codes, scales, biases) triples");
+  std::vector<mx::array> all{x.inner};
+  all.insert(all.end(), weights.items.begin(), weights.items.end());
+  mx::eval(all);
+  for (const auto& a : all) {
     if (!a.flags().row_contiguous) throw std::invalid_argument("kernels_bench_qmm: inputs must be row-contiguous");
   }
-  if (x.inner.dtype() != mx::float32 || w.inner.dtype() != mx::uint32 || scales.inner.dtype() != mx::float32 ||
-      biases.inner.dtype() != mx::float32 || (bits != 4 && bits != 8))
-    throw std::invalid_argument("kernels_bench_qmm: f32 x, u32 w, f32 scales/biases, 4 or 8 bits");
-  const int K = x.inner.shape(-1), N = w.inner.shape(0);
-  if (w.inner.shape(1) * 32 / bits != K || K % group_size != 0)
-    throw std::invalid_argument("kernels_bench_qmm: shapes do not match");
-  std::vector<float> out(static_cast<size_t>(x.inner.size() / K) * N);
-  kern::QmmArgs a{};
-  a.x = x.inner.data<float>();
-  a.ldx = K;
-  a.w = w.inner.data<uint32_t>();
-  a.scales = scales.inner.data<float>();
-  a.biases = biases.inner.data<float>();
-  a.out = out.data();
-  a.ldo = N;
-  a.M = static_cast<int>(x.inner.size() / K);
-  a.N = N;
-  a.K = K;
-  a.group_size = group_size;
-  a.bits = bits;
+  const int K = x.inner.shape(-1);
+  if (x.inner.dtype() != mx::float32 || (bits != 4 && bits != 8) || K % group_size != 0)
+    throw std::invalid_argument("kernels_bench_qmm: f32 x, 4 or 8 bits");
+  std::vector<kern::QmmArgs> args;
+  size_t max_n = 0;
+  for (size_t i = 0; i < weights.items.size(); i += 3) {
+    const auto& w = weights.items[i];
+    const auto& sc = weights.items[i + 1];
+    const auto& bi = weights.items[i + 2];
+    const auto sd = sc.dtype();
+    if (w.dtype() != mx::uint32 || w.shape(1) * 32 / bits != K || bi.dtype() != sd ||
+        (sd != mx::float32 && sd != mx::float16 && sd != mx::bfloat16))
+      throw std::invalid_argument("kernels_bench_qmm: u32 codes of K columns, f32/f16/bf16 scales and biases");
+    kern::QmmArgs a{};
+    a.x = x.inner.data<float>();
+    a.ldx = K;
+    a.w = w.data<uint32_t>();
+    a.scales = sc.data<void>();
+    a.biases = bi.data<void>();
+    a.scale_type = sd == mx::float32 ? kern::kScaleF32 : (sd == mx::float16 ? kern::kScaleF16 : kern::kScaleBF16);
+    a.M = static_cast<int>(x.inner.size() / K);
+    a.N = w.shape(0);
+    a.ldo = a.N;
+    a.K = K;
+    a.group_size = group_size;
+    a.bits = bits;
+    max_n = std::max(max_n, static_cast<size_t>(a.N));
+    args.push_back(a);
+  }
+  std::vector<float> out(static_cast<size_t>(args[0].M) * max_n);
+  for (auto& a : args) a.out = out.data();
   double best = 1e30;
-  for (int i = 0; i < iters; ++i) {
+  for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    kern::table().qmm(a);
+    for (const auto& a : args) kern::table().qmm(a);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = dt < best ? dt : best;
   }

@@ -70,9 +70,9 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
         }
         println!();
         println!(
-            "| model | matrix | N×K | bits/group | M | kernel µs | GB/s | GFLOP/s | as graph node µs | MLX µs | vs MLX |"
+            "| model | matrix | N×K | bits/group | M | kernel µs (hot) | GB/s hot | GB/s cold | GB/s cold, f16 scales | GFLOP/s | as graph node µs | MLX µs | vs MLX |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for s in &SHAPES {
             if quick && (s.n > 60000 || s.n == 4096) {
                 continue;
@@ -93,10 +93,44 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
                     }
                     let x = random::normal(&[m, s.k], Dtype::F32, 0.0, 1.0, &key)?;
                     x.eval()?;
-                    let iters = if m == 1 { 200 } else { 5 };
-                    let kt = fast::bench_quantized_linear(&x, &q, iters)?;
+                    let kt = fast::bench_quantized_linear(&x, &[&q], if m == 1 { 200 } else { 5 })?;
                     let flops = 2.0 * f64::from(m) * f64::from(s.n) * f64::from(s.k);
-                    // As graph nodes: 16 independent products in one evaluation.
+                    // Streamed from memory: distinct copies of the weights,
+                    // 256 MiB in all (more than the caches), one pass each rep.
+                    let (cold, cold16) = if m == 1 {
+                        let copies = (256usize << 20).div_ceil(wbytes).clamp(2, 4096);
+                        let zero = Array::zeros(&[], Dtype::U32)?;
+                        let fzero = Array::zeros(&[], Dtype::F32)?;
+                        let mut qs = Vec::with_capacity(copies);
+                        for _ in 0..copies {
+                            let c = Quantized {
+                                weight: q.weight.add(&zero)?,
+                                scales: q.scales.add(&fzero)?,
+                                biases: Some(biases.add(&fzero)?),
+                                ..q.clone()
+                            };
+                            Array::eval_all(&[&c.weight, &c.scales, c.biases.as_ref().unwrap()])?;
+                            qs.push(c);
+                        }
+                        let refs: Vec<&Quantized> = qs.iter().collect();
+                        let t = fast::bench_quantized_linear(&x, &refs, 5)? / copies as f64;
+                        let qs16: Vec<Quantized> = qs
+                            .iter()
+                            .map(|c| Quantized {
+                                scales: c.scales.astype(Dtype::F16).unwrap(),
+                                biases: c.biases.as_ref().map(|b| b.astype(Dtype::F16).unwrap()),
+                                ..c.clone()
+                            })
+                            .collect();
+                        drop(qs);
+                        let refs: Vec<&Quantized> = qs16.iter().collect();
+                        let bytes16 = q.weight.nbytes() + (q.scales.nbytes() + biases.nbytes()) / 2;
+                        let t16 = fast::bench_quantized_linear(&x, &refs, 5)? / copies as f64;
+                        (wbytes as f64 / t / 1e9, bytes16 as f64 / t16 / 1e9)
+                    } else {
+                        (f64::NAN, f64::NAN)
+                    };
+                    // As graph nodes: independent products in one evaluation.
                     let nodes = if m == 1 { 16 } else { 2 };
                     let graph = time_best(if m == 1 { 20 } else { 3 }, || {
                         let outs: Vec<Array> =
@@ -110,18 +144,21 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
                             fast::on(Path::Mlx).quantized_linear(&x, &q).unwrap().eval().unwrap();
                         })
                     };
+                    let opt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "–".to_string() } else { f(v) };
                     println!(
-                        "| {} | {} | {}×{} | {bits}/{group} | {m} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                        "| {} | {} | {}×{} | {bits}/{group} | {m} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {} | {} |",
                         s.model,
                         s.name,
                         s.n,
                         s.k,
                         kt * 1e6,
                         wbytes as f64 / kt / 1e9,
+                        opt(cold, &|v| format!("{v:.1}")),
+                        opt(cold16, &|v| format!("{v:.1}")),
                         flops / kt / 1e9,
                         graph * 1e6,
-                        if mlx.is_nan() { "–".to_string() } else { format!("{:.0}", mlx * 1e6) },
-                        if mlx.is_nan() { "–".to_string() } else { format!("{:.0}×", mlx / graph) },
+                        opt(mlx, &|v| format!("{:.0}", v * 1e6)),
+                        opt(mlx, &|v| format!("{:.0}×", v / graph)),
                     );
                 }
             }

@@ -22,6 +22,13 @@
 //! | [`scaled_dot_product_attention`] | f32 `[B, H, L, D]`, grouped-query heads, causal, boolean or f32 additive masks |
 //! | [`gated_activation`] | f32 `silu(a) * b` and `gelu_tanh(a) * b`, equal shapes |
 //!
+//! Graphs built from these functions are also fused where our own nodes meet:
+//! a projection of an RMS norm's output normalises its input itself (the norm
+//! node is never computed), attention over the first positions of a cache
+//! buffer reads the buffer (no slice node), and [`merge_heads`] of an
+//! attention node makes it write the merged layout. Results are those of the
+//! unfused nodes, bit for bit.
+//!
 //! `MLXCEL_KERNELS=mlx` (or [`set_default_path`]) turns them off for A/B
 //! comparisons; `MLXCEL_THREADS` sets the pool size (default: the physical
 //! cores the process may use) and `MLXCEL_ISA` (`scalar`, `avx2`, `avx512`) caps
@@ -322,6 +329,13 @@ impl Fast {
         )
     }
 
+    /// `[B, H, L, D]` → `[B, L, H·D]`: attention's heads merged for the output
+    /// projection. Free when `x` is mlxcel's attention node not yet computed
+    /// (it then writes that layout itself); MLX's transpose and reshape otherwise.
+    pub fn merge_heads(&self, x: &Array) -> Result<Array> {
+        wrap("merge_heads", bridge::fast_merge_heads(&x.inner, self.path.code()))
+    }
+
     /// `act(a) * b`, elementwise (the gate of a gated MLP).
     pub fn gated_activation(&self, act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
         let (kind, name) = match act {
@@ -384,6 +398,11 @@ pub fn scaled_dot_product_attention(
     mask: AttentionMask<'_>,
 ) -> Result<Array> {
     on(default_path()).scaled_dot_product_attention(q, k, v, scale, mask)
+}
+
+/// [`Fast::merge_heads`] on the [`default_path`].
+pub fn merge_heads(x: &Array) -> Result<Array> {
+    on(default_path()).merge_heads(x)
 }
 
 /// [`Fast::gated_activation`] on the [`default_path`].
@@ -492,19 +511,25 @@ pub fn pending_ops(outputs: &[&Array]) -> Vec<String> {
     bridge::pending_ops(&to_list(outputs))
 }
 
-/// Seconds per call of the quantized-matmul kernel alone (no MLX graph or
-/// dispatch), best of `iters` calls; for micro-benchmarks.
-pub fn bench_quantized_linear(x: &Array, w: &Quantized, iters: u32) -> Result<f64> {
-    let biases =
-        w.biases.as_ref().ok_or_else(|| Error::invalid("bench_quantized_linear", "affine weights need biases"))?;
+/// Seconds per pass of the quantized-matmul kernel alone (no MLX graph or
+/// dispatch) over `ws` in sequence, best of `reps` passes; for
+/// micro-benchmarks. One weight measures a matrix in cache; distinct copies
+/// larger than the caches measure one streamed from memory. All weights must
+/// share x's width, bit width and group size.
+pub fn bench_quantized_linear(x: &Array, ws: &[&Quantized], reps: u32) -> Result<f64> {
+    let first = ws.first().ok_or_else(|| Error::invalid("bench_quantized_linear", "no weights"))?;
+    let mut list = Vec::with_capacity(ws.len() * 3);
+    for w in ws {
+        let b =
+            w.biases.as_ref().ok_or_else(|| Error::invalid("bench_quantized_linear", "affine weights need biases"))?;
+        list.extend([&w.weight, &w.scales, b]);
+    }
     bridge::kernels_bench_qmm(
         &x.inner,
-        &w.weight.inner,
-        &w.scales.inner,
-        &biases.inner,
-        w.group_size,
-        w.bits,
-        i32::try_from(iters).unwrap_or(i32::MAX),
+        &to_list(&list),
+        first.group_size,
+        first.bits,
+        i32::try_from(reps).unwrap_or(i32::MAX),
     )
     .map_err(|e| Error::mlx("bench_quantized_linear", e))
 }

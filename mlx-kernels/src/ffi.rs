@@ -185,6 +185,7 @@ pub(crate) mod bridge {
             mask: UniquePtr<Array>,
             path: u8,
         ) -> Result<UniquePtr<Array>>;
+        fn fast_merge_heads(x: &Array, path: u8) -> Result<UniquePtr<Array>>;
         fn fast_gated_activation(kind: u8, a: &Array, b: &Array, path: u8) -> Result<UniquePtr<Array>>;
         fn kernels_threads() -> i32;
         fn kernels_default_threads() -> i32;
@@ -194,16 +195,7 @@ pub(crate) mod bridge {
         fn kernels_set_isa(isa: u8) -> bool;
         fn kernels_read_bandwidth(bytes: usize, reps: i32) -> f64;
         fn pending_ops(list: &ArrayList) -> Vec<String>;
-        #[allow(clippy::too_many_arguments)]
-        fn kernels_bench_qmm(
-            x: &Array,
-            w: &Array,
-            scales: &Array,
-            biases: &Array,
-            group_size: i32,
-            bits: i32,
-            iters: i32,
-        ) -> Result<f64>;
+        fn kernels_bench_qmm(x: &Array, weights: &ArrayList, group_size: i32, bits: i32, reps: i32) -> Result<f64>;
 
         fn random_key(seed: u64) -> Result<UniquePtr<Array>>;
         fn random_split(key: &Array, num: i32) -> Result<UniquePtr<Array>>;

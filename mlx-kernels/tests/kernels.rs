@@ -134,6 +134,47 @@ fn quantized_linear_every_bits_group_and_shape() {
     assert!(runs >= 2);
 }
 
+/// f16 and bf16 scales and biases (a GGUF Q4_0/Q4_1/Q8_0 transcode stores f16
+/// ones) are read as they are: the result is that of their f32 values.
+#[test]
+fn quantized_linear_16_bit_scales() {
+    init();
+    let (mut rng, _) = rng("quantized_linear_16_bit_scales");
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        for (bits, group) in [(4, 32), (8, 32), (4, 128)] {
+            let (n, k) = (41usize, 384usize);
+            let q = quantized(&mut rng, n, k, group, bits);
+            let narrow = |a: &Array| a.astype(dtype).unwrap();
+            let q16 = Quantized { scales: narrow(&q.scales), biases: q.biases.as_ref().map(narrow), ..q.clone() };
+            // The same values in f32: the reference.
+            let widen = |a: &Array| a.astype(Dtype::F32).unwrap();
+            let q32 = Quantized { scales: widen(&q16.scales), biases: q16.biases.as_ref().map(widen), ..q.clone() };
+            for m in [1usize, 4, 21] {
+                let x = normal(&mut rng, m * k);
+                let xa = arr(&x, &[m as i32, k as i32]);
+                let want = vals(&mlx().quantized_linear(&xa, &q32).unwrap());
+                each_config(|cfg| {
+                    let got = vals(&kernel().quantized_linear(&xa, &q16).unwrap());
+                    check_qlinear(
+                        &format!("{cfg} {dtype} bits={bits} group={group} m={m}"),
+                        &q32,
+                        &x,
+                        m,
+                        k,
+                        &got,
+                        &want,
+                    );
+                });
+            }
+            let ids = Array::from_slice(&[3u32, 0, 40, 3], &[4]).unwrap();
+            let want = vals(&mlx().quantized_embedding(&ids, &q32).unwrap());
+            each_config(|cfg| {
+                assert_eq!(vals(&kernel().quantized_embedding(&ids, &q16).unwrap()), want, "{cfg} {dtype} gather");
+            });
+        }
+    }
+}
+
 #[test]
 fn quantized_linear_batched_and_strided_inputs() {
     init();
@@ -221,6 +262,68 @@ fn fused_gated_projection() {
     let x = arr(&normal(&mut rng, 64), &[1, 64]);
     assert!(kernel().quantized_gated_linear(&x, &a, &b, GateActivation::Silu).is_err());
     assert!(fast::on(Path::Auto).quantized_gated_linear(&x, &a, &b, GateActivation::Silu).is_ok());
+}
+
+/// A projection of our RMS norm's output absorbs the norm; attention over the
+/// first positions of a buffer reads the buffer; merge_heads makes attention
+/// write [B, L, H·D]. Each fused graph gives the unfused kernels' result bit
+/// for bit, with fewer nodes.
+#[test]
+fn graph_fusions_are_exact() {
+    init();
+    let (mut rng, _) = rng("graph_fusions_are_exact");
+    let (b, l, dim, heads, kvh, hd) = (1i32, 6i32, 128i32, 4i32, 2i32, 32i32);
+    let wq = quantized(&mut rng, (heads * hd) as usize, dim as usize, 32, 4);
+    let wk = quantized(&mut rng, (kvh * hd) as usize, dim as usize, 32, 4);
+    let wv = quantized(&mut rng, (kvh * hd) as usize, dim as usize, 32, 4);
+    let (wg, wu) = (quantized(&mut rng, 96, dim as usize, 64, 8), quantized(&mut rng, 96, dim as usize, 64, 8));
+    for q in [&wq, &wk, &wv, &wg, &wu] {
+        Array::eval_all(&[&q.weight, &q.scales, q.biases.as_ref().unwrap()]).unwrap();
+    }
+    let norm = arr(&uniform(&mut rng, dim as usize, 0.5, 1.5), &[dim]);
+    let x = arr(&normal(&mut rng, (b * l * dim) as usize), &[b, l, dim]);
+    Array::eval_all(&[&norm, &x]).unwrap();
+    let _guard = lock();
+    for threads in [1, 2] {
+        fast::set_threads(threads);
+        // Norm absorbed into q/k/v and into the gated projection.
+        let h = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
+        let fused = kernel().quantized_linear_heads(&h, &[(&wq, heads), (&wk, kvh), (&wv, kvh)]).unwrap();
+        let ops = fast::pending_ops(&[&fused[0]]);
+        assert!(!ops.iter().any(|o| o == "MlxcelRmsNorm"), "{ops:?}");
+        let gated = kernel().quantized_gated_linear(&h, &wg, &wu, GateActivation::Silu).unwrap();
+        assert_eq!(fast::pending_ops(&[&gated]), vec!["MlxcelQuantizedGatedLinear".to_string()]);
+        h.eval().unwrap();
+        let unfused = kernel().quantized_linear_heads(&h, &[(&wq, heads), (&wk, kvh), (&wv, kvh)]).unwrap();
+        for (f, u) in fused.iter().zip(&unfused) {
+            assert_eq!(vals(f), vals(u), "norm absorbed into q/k/v, {threads} thread(s)");
+        }
+        let gated_unfused = kernel().quantized_gated_linear(&h, &wg, &wu, GateActivation::Silu).unwrap();
+        assert_eq!(vals(&gated), vals(&gated_unfused), "norm absorbed into gate/up");
+        // Attention over a prefix of cache buffers, heads merged.
+        let cap = 16;
+        let kbuf = arr(&normal(&mut rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
+        let vbuf = arr(&normal(&mut rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
+        Array::eval_all(&[&kbuf, &vbuf]).unwrap();
+        let lk = 9;
+        let k = kbuf.slice(&[0, 0, 0, 0], &[b, kvh, lk, hd], &[1, 1, 1, 1]).unwrap();
+        let v = vbuf.slice(&[0, 0, 0, 0], &[b, kvh, lk, hd], &[1, 1, 1, 1]).unwrap();
+        let q = &unfused[0];
+        for mask in [AttentionMask::Causal, AttentionMask::None] {
+            let att = kernel().scaled_dot_product_attention(q, &k, &v, 0.25, mask).unwrap();
+            assert!(!fast::pending_ops(&[&att]).iter().any(|o| o == "Slice"), "slices absorbed");
+            let merged = kernel().merge_heads(&att).unwrap();
+            assert_eq!(merged.shape(), vec![b, l, heads * hd]);
+            assert_eq!(fast::pending_ops(&[&merged]), vec!["MlxcelAttention".to_string()]);
+            let (kc, vc) = (k.contiguous().unwrap(), v.contiguous().unwrap());
+            Array::eval_all(&[&kc, &vc]).unwrap();
+            let plain = kernel().scaled_dot_product_attention(q, &kc, &vc, 0.25, mask).unwrap();
+            let want = plain.transpose(&[0, 2, 1, 3]).unwrap().reshape(&[b, l, heads * hd]).unwrap();
+            assert_eq!(vals(&merged), vals(&want), "merged heads over buffer prefixes, {threads} thread(s)");
+            assert_eq!(vals(&mlx().merge_heads(&plain).unwrap()), vals(&want));
+        }
+    }
+    fast::set_threads(0);
 }
 
 #[test]

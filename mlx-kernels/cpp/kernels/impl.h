@@ -121,8 +121,20 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
   const int K = a.K, G = K / GS;
   const int64_t row_bytes = static_cast<int64_t>(K) * BITS / 8;
   const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
-  const float* sc = a.scales + static_cast<int64_t>(n) * G;
-  const float* bi = a.biases + static_cast<int64_t>(n) * G;
+  const float* sc;
+  const float* bi;
+  float widened[2 * 4 * 256];  // 16-bit scales and biases of these rows as f32
+  if (a.scale_type == kScaleF32) {
+    sc = static_cast<const float*>(a.scales) + static_cast<int64_t>(n) * G;
+    bi = static_cast<const float*>(a.biases) + static_cast<int64_t>(n) * G;
+  } else {
+    // 16-bit scales and biases of these rows, widened once per block.
+    float* buf = 2 * R * G <= 2 * 4 * 256 ? widened : scratch(kScratchScales, static_cast<size_t>(2) * R * G);
+    S::widen(static_cast<const uint16_t*>(a.scales) + static_cast<int64_t>(n) * G, buf, R * G, a.scale_type);
+    S::widen(static_cast<const uint16_t*>(a.biases) + static_cast<int64_t>(n) * G, buf + R * G, R * G, a.scale_type);
+    sc = buf;
+    bi = buf + R * G;
+  }
   V tot[R][MM][NA];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -143,9 +155,10 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
       const uint8_t* pf = wb + ahead * row_bytes;
       for (int64_t off = g * per_group; off < (g + 1) * per_group && off < next_bytes; off += 64) S::prefetch(pf + off);
       if (g < 2 * R) {
-        const float* sp = (g & 1 ? bi : sc) + (ahead + g / 2) * G;
+        const int es = a.scale_type == kScaleF32 ? 4 : 2;
+        const char* sp = static_cast<const char*>(g & 1 ? a.biases : a.scales) + ((n + ahead + g / 2) * G) * es;
         S::prefetch(sp);
-        S::prefetch(sp + G - 1);
+        S::prefetch(sp + (G - 1) * es);
       }
     }
 #pragma GCC unroll 8
@@ -303,8 +316,8 @@ void pack_strip(const QmmArgs& a, int n0, int k0, int kc, float* Bp) {
         const int n = r0 + r;
         if (n < a.N) {
           const uint8_t* p = wb + n * row_bytes + static_cast<int64_t>(k) * BITS / 8;
-          const V s = S::set1(a.scales[static_cast<int64_t>(n) * G + g]);
-          const V b = S::set1(a.biases[static_cast<int64_t>(n) * G + g]);
+          const V s = S::set1(scale_at(a.scales, static_cast<int64_t>(n) * G + g, a.scale_type));
+          const V b = S::set1(scale_at(a.biases, static_cast<int64_t>(n) * G + g, a.scale_type));
           if constexpr (BITS == 4) {
             S::nib(p, lo[r], hi[r]);
             lo[r] = S::fma(lo[r], s, b);
@@ -448,12 +461,11 @@ void gather(const GatherArgs& a) {
   for (int i = 0; i < a.n_ids; ++i) {
     const int64_t n = a.ids[i];
     const uint8_t* p = wb + n * row_bytes;
-    const float* sc = a.scales + n * G;
-    const float* bi = a.biases + n * G;
     float* o = a.out + static_cast<int64_t>(i) * K;
     for (int k = 0; k < K; ++k) {
       const int q = bits == 4 ? (k & 1 ? p[k >> 1] >> 4 : p[k >> 1] & 15) : p[k];
-      const float s = sc[k / gs], b = bi[k / gs];
+      const float s = scale_at(a.scales, n * G + k / gs, a.scale_type);
+      const float b = scale_at(a.biases, n * G + k / gs, a.scale_type);
       const float prod = s * static_cast<float>(q);
       o[k] = prod + b;
     }
@@ -665,7 +677,7 @@ void attention_dot(const AttnArgs& a) {
     const int b = gi / a.KVH, kvh = gi % a.KVH;
     for (int r = 0; r < rows; ++r) {
       const int h = kvh * n_rep + r / a.Lq, i = r % a.Lq;
-      float* o = a.out + ((static_cast<int64_t>(b) * a.H + h) * a.Lq + i) * Dv;
+      float* o = a.out + b * a.os[0] + h * a.os[1] + i * a.os[2];
       const float* P0 = part + static_cast<int64_t>(gi) * nchunk * rows * pstride + r * pstride;
       if (nchunk == 1) {
         div_into(o, P0, P0[Dv + 1], Dv);
@@ -793,7 +805,7 @@ void attention_blocked(const AttnArgs& a) {
         }
       }
       for (int r = 0; r < nr; ++r) {
-        float* o = a.out + ((static_cast<int64_t>(b) * a.H + h) * a.Lq + ib + r) * Dv;
+        float* o = a.out + b * a.os[0] + h * a.os[1] + (ib + r) * a.os[2];
         div_into(o, O + r * Dvp, lrow[r], Dv);
       }
     }

@@ -15,6 +15,50 @@ namespace mlxcel::kern {
 
 enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
+/// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
+/// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
+enum ScaleType : int { kScaleF32 = 0, kScaleF16 = 1, kScaleBF16 = 2 };
+
+/// IEEE half to float (exact; subnormals, infinities and NaN included).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: normalise.
+    exp = 113;
+    while (!(man & 0x400)) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+/// Element `i` of a scale or bias array of `type`.
+inline float scale_at(const void* p, int64_t i, int type) {
+  switch (type) {
+    case kScaleF16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case kScaleBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
 /// `out[M, N] = x[M, K] · Wᵀ` for an affine-quantized `W [N, K]` in MLX's
 /// layout: row n is one little-endian bit stream of `bits`-bit codes (u32
 /// words), `w[n, k] = scales[n, k / gs] * code + biases[n, k / gs]`.
@@ -22,11 +66,12 @@ struct QmmArgs {
   const float* x;
   int64_t ldx;  // floats between rows of x
   const uint32_t* w;
-  const float* scales;
-  const float* biases;
+  const void* scales;  // [N, K / gs] of `scale_type`
+  const void* biases;
   float* out;
   int64_t ldo;
   int M, N, K, group_size, bits;
+  int scale_type;  // ScaleType of scales and biases
 };
 
 /// Rotary embedding of `x [A, B, L, D]` (element strides sa, sb, sl; the last
@@ -43,8 +88,9 @@ struct RopeArgs {
 };
 
 /// `out = softmax(scale · q kᵀ + mask) v`, q `[B, H, Lq, D]`, k `[B, KVH, Lk, D]`,
-/// v `[B, KVH, Lk, Dv]` (any strides, last axis contiguous), out contiguous
-/// `[B, H, Lq, Dv]`. Masked-out scores become the lowest f32 (as MLX does).
+/// v `[B, KVH, Lk, Dv]` (any strides, last axis contiguous); row (b, h, i) of
+/// the output goes to `out + b·os[0] + h·os[1] + i·os[2]`. Masked-out scores
+/// become the lowest f32 (as MLX does).
 struct AttnArgs {
   const float* q;
   int64_t qs[4];
@@ -53,6 +99,7 @@ struct AttnArgs {
   const float* v;
   int64_t vs[4];
   float* out;
+  int64_t os[3];
   int B, H, KVH, Lq, Lk, D, Dv;
   float scale;
   bool causal;
@@ -75,11 +122,12 @@ struct GateArgs {
 /// Dequantizes the rows `ids` of an affine-quantized `W [N, K]` into `out [n_ids, K]`.
 struct GatherArgs {
   const uint32_t* w;
-  const float* scales;
-  const float* biases;
+  const void* scales;
+  const void* biases;
   const int64_t* ids;  // already checked to lie in [0, N)
   float* out;
   int n_ids, K, group_size, bits;
+  int scale_type;
 };
 
 /// One ISA's kernels. All of them run on the calling thread plus the pool.
@@ -142,6 +190,12 @@ inline void parallel_for(int n_tasks, F&& f) {
 /// asks for the same slot again.
 float* scratch(int slot, size_t n);
 
-enum ScratchSlot : int { kScratchX = 0, kScratchPanel = 1, kScratchAttn = 2, kScratchAttn2 = 3, kScratchShared = 4 };
+enum ScratchSlot : int {
+  kScratchX = 0,
+  kScratchPanel = 1,
+  kScratchAttn = 2,
+  kScratchScales = 3,
+  kScratchShared = 4,
+};
 
 }  // namespace mlxcel::kern

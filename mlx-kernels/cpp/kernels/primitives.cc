@@ -95,6 +95,20 @@ const float* rows_of(const array& a, std::vector<float>& buf, int64_t& ld) {
   return row_major(a, buf);
 }
 
+// Scales or biases (f32, f16 or bf16) in row-major order, and their kern::ScaleType.
+struct ScaleData {
+  std::vector<float> b32;
+  std::vector<uint16_t> b16;
+  const void* read(const array& a, int& type) {
+    if (a.dtype() == mx::float32) {
+      type = kern::kScaleF32;
+      return row_major(a, b32);
+    }
+    type = a.dtype() == mx::float16 ? kern::kScaleF16 : kern::kScaleBF16;
+    return row_major(a, b16);
+  }
+};
+
 // Allocates the output and dispatches `f(inputs, out)` on the stream.
 template <class F>
 void launch(mx::Primitive& p, const std::vector<array>& inputs, array& out, F f) {
@@ -143,48 +157,6 @@ class KernelPrimitive : public mx::UnaryPrimitive {
 // ---------------------------------------------------------------------------
 // Quantized matmul and row gather.
 
-class QuantizedLinear : public KernelPrimitive {
- public:
-  QuantizedLinear(mx::Stream s, int gs, int bits) : KernelPrimitive(s), gs_(gs), bits_(bits) {}
-  const char* name() const override { return "MlxcelQuantizedLinear"; }
-  bool is_equivalent(const mx::Primitive& o) const override {
-    auto& q = static_cast<const QuantizedLinear&>(o);
-    return gs_ == q.gs_ && bits_ == q.bits_;
-  }
-  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
-    auto shape = in[0].shape();
-    shape.back() = in[1].shape(0);
-    return {shape};
-  }
-  void eval_cpu(const std::vector<array>& inputs, array& out) override {
-    launch(*this, inputs, out, [gs = gs_, bits = bits_](std::vector<array>& in, array& out) {
-      const int K = in[0].shape(-1), N = in[1].shape(0);
-      std::vector<float> xb, sb, bb;
-      std::vector<uint32_t> wb;
-      kern::QmmArgs a{};
-      a.x = rows_of(in[0], xb, a.ldx);
-      a.w = row_major(in[1], wb);
-      a.scales = row_major(in[2], sb);
-      a.biases = row_major(in[3], bb);
-      a.out = out.data<float>();
-      a.ldo = N;
-      a.M = K == 0 ? 0 : static_cast<int>(in[0].size() / K);
-      a.N = N;
-      a.K = K;
-      a.group_size = gs;
-      a.bits = bits;
-      if (K == 0) {
-        std::memset(a.out, 0, out.nbytes());
-        return;
-      }
-      kern::table().qmm(a);
-    });
-  }
-
- private:
-  int gs_, bits_;
-};
-
 class QuantizedGather : public KernelPrimitive {
  public:
   QuantizedGather(mx::Stream s, int gs, int bits) : KernelPrimitive(s), gs_(gs), bits_(bits) {}
@@ -227,11 +199,11 @@ class QuantizedGather : public KernelPrimitive {
         if (i < 0 || i >= N) i = i < 0 ? 0 : N - 1;
       }
       std::vector<uint32_t> wb;
-      std::vector<float> sb, bb;
+      ScaleData sb, bb;
       kern::GatherArgs a{};
       a.w = row_major(in[1], wb);
-      a.scales = row_major(in[2], sb);
-      a.biases = row_major(in[3], bb);
+      a.scales = sb.read(in[2], a.scale_type);
+      a.biases = bb.read(in[3], a.scale_type);
       a.ids = idx.data();
       a.out = out.data<float>();
       a.n_ids = static_cast<int>(idx.size());
@@ -250,33 +222,48 @@ class QuantizedGather : public KernelPrimitive {
 // Output i is `x @ W_iᵀ` shaped like x with N_i features, or, when heads[i] >
 // 0, split into heads and transposed: [B, heads, L, N_i / heads] for x
 // [B, L, K] (what attention wants; for one position the memory is the same).
-// Inputs: x, then (w, scales, biases) per product.
-struct ProductPlan {
-  std::vector<kern::QmmArgs> args;
-  std::vector<std::vector<float>> tmp;
+//
+// An RMS norm of x can be folded in (`NormSpec`): the node built by
+// `rms_norm` right before is absorbed when the products are built on its
+// output, so the normalised rows never become a separate node. Inputs: x,
+// the norm's weight if it has one, then (w, scales, biases) per product.
+struct NormSpec {
+  int kind = 0;  // 0 none, 1 RMS norm without weight, 2 with weight
+  float eps = 0.0f;
+  bool operator==(const NormSpec& o) const { return kind == o.kind && eps == o.eps; }
+  int inputs() const { return kind == 2 ? 1 : 0; }
 };
 
-// Runs the products of `in` (x, then weight triples) into `dst[i]` (plain
-// [M, N_i] layout each); returns the row count M.
-int run_products(std::vector<array>& in, int gs, int bits, const std::vector<float*>& dst) {
+// Runs the products of `in` into `dst[i]` (plain [M, N_i] layout each);
+// returns the row count M.
+int run_products(std::vector<array>& in, NormSpec norm, int gs, int bits, const std::vector<float*>& dst) {
   const array& x = in[0];
+  const int first = 1 + norm.inputs();
   const int K = x.shape(-1);
   const int M = K == 0 ? 0 : static_cast<int>(x.size() / K);
   const int n = static_cast<int>(dst.size());
-  std::vector<float> xb;
-  std::vector<std::vector<float>> sb(n), bb(n);
+  std::vector<float> xb, xn, wnb;
+  std::vector<ScaleData> sb(n), bb(n);
   std::vector<std::vector<uint32_t>> wb(n);
   std::vector<kern::QmmArgs> args(n);
   int64_t ldx = K;
   const float* xp = K == 0 ? nullptr : rows_of(x, xb, ldx);
+  if (norm.kind != 0 && M > 0 && K > 0) {
+    xn.resize(static_cast<size_t>(M) * K);
+    const float* wn = norm.kind == 2 ? row_major(in[1], wnb) : nullptr;
+    kern::table().rms_norm(xp, ldx, wn, xn.data(), M, K, norm.eps);
+    xp = xn.data();
+    ldx = K;
+  }
   for (int i = 0; i < n; ++i) {
     auto& a = args[i];
+    const int wi = first + 3 * i;
     a.x = xp;
     a.ldx = ldx;
-    a.w = row_major(in[1 + 3 * i], wb[i]);
-    a.scales = row_major(in[2 + 3 * i], sb[i]);
-    a.biases = row_major(in[3 + 3 * i], bb[i]);
-    a.N = in[1 + 3 * i].shape(0);
+    a.w = row_major(in[wi], wb[i]);
+    a.scales = sb[i].read(in[wi + 1], a.scale_type);
+    a.biases = bb[i].read(in[wi + 2], a.scale_type);
+    a.N = in[wi].shape(0);
     a.out = dst[i];
     a.ldo = a.N;
     a.M = M;
@@ -291,24 +278,25 @@ int run_products(std::vector<array>& in, int gs, int bits, const std::vector<flo
 
 class QuantizedLinearMulti : public mx::Primitive {
  public:
-  QuantizedLinearMulti(mx::Stream s, int gs, int bits, std::vector<int> heads)
-      : mx::Primitive(s), gs_(gs), bits_(bits), heads_(std::move(heads)) {}
-  const char* name() const override { return "MlxcelQuantizedLinearMulti"; }
+  QuantizedLinearMulti(mx::Stream s, int gs, int bits, std::vector<int> heads, NormSpec norm)
+      : mx::Primitive(s), gs_(gs), bits_(bits), heads_(std::move(heads)), norm_(norm) {}
+  const char* name() const override {
+    return heads_.size() == 1 && heads_[0] == 0 ? "MlxcelQuantizedLinear" : "MlxcelQuantizedLinearMulti";
+  }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& q = static_cast<const QuantizedLinearMulti&>(o);
-    return gs_ == q.gs_ && bits_ == q.bits_ && heads_ == q.heads_;
+    return gs_ == q.gs_ && bits_ == q.bits_ && heads_ == q.heads_ && norm_ == q.norm_;
   }
   void eval_gpu(const std::vector<array>&, std::vector<array>&) override {
     throw std::runtime_error("MlxcelQuantizedLinearMulti has no GPU version");
   }
-  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return shapes(in[0], in, heads_, bits_); }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return shapes(in, heads_, norm_); }
 
-  static std::vector<mx::Shape> shapes(const array& x, const std::vector<array>& in, const std::vector<int>& heads,
-                                       int bits) {
-    (void)bits;
+  static std::vector<mx::Shape> shapes(const std::vector<array>& in, const std::vector<int>& heads, NormSpec norm) {
+    const array& x = in[0];
     std::vector<mx::Shape> out;
     for (size_t i = 0; i < heads.size(); ++i) {
-      const int N = in[1 + 3 * i].shape(0);
+      const int N = in[1 + norm.inputs() + 3 * i].shape(0);
       if (heads[i] > 0) {
         out.push_back({x.shape(0), heads[i], x.shape(1), N / heads[i]});
       } else {
@@ -322,7 +310,8 @@ class QuantizedLinearMulti : public mx::Primitive {
 
   void eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
     launch_multi(*this, inputs, outputs,
-                 [gs = gs_, bits = bits_, heads = heads_](std::vector<array>& in, std::vector<array>& out) {
+                 [gs = gs_, bits = bits_, heads = heads_, norm = norm_](std::vector<array>& in,
+                                                                        std::vector<array>& out) {
                    const array& x = in[0];
                    const int n = static_cast<int>(heads.size());
                    // With one position per sequence the head layout is the plain one.
@@ -337,10 +326,10 @@ class QuantizedLinearMulti : public mx::Primitive {
                        dst[i] = out[i].data<float>();
                      }
                    }
-                   run_products(in, gs, bits, dst);
+                   run_products(in, norm, gs, bits, dst);
                    for (int i = 0; i < n; ++i) {
                      if (tmp[i].empty()) continue;
-                     const int B = x.shape(0), H = heads[i], N = in[1 + 3 * i].shape(0), D = N / H;
+                     const int B = x.shape(0), H = heads[i], N = in[1 + norm.inputs() + 3 * i].shape(0), D = N / H;
                      float* o = out[i].data<float>();
                      for (int b = 0; b < B; ++b)
                        for (int l = 0; l < L; ++l)
@@ -355,39 +344,42 @@ class QuantizedLinearMulti : public mx::Primitive {
  private:
   int gs_, bits_;
   std::vector<int> heads_;
+  NormSpec norm_;
 };
 
 // act(x Gᵀ) * (x Uᵀ): a gated MLP's gate and up projections and its
-// activation in one node.
+// activation in one node (with an absorbed RMS norm of x, like the above).
 class QuantizedGatedLinear : public KernelPrimitive {
  public:
-  QuantizedGatedLinear(mx::Stream s, int gs, int bits, int kind)
-      : KernelPrimitive(s), gs_(gs), bits_(bits), kind_(kind) {}
+  QuantizedGatedLinear(mx::Stream s, int gs, int bits, int kind, NormSpec norm)
+      : KernelPrimitive(s), gs_(gs), bits_(bits), kind_(kind), norm_(norm) {}
   const char* name() const override { return "MlxcelQuantizedGatedLinear"; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& q = static_cast<const QuantizedGatedLinear&>(o);
-    return gs_ == q.gs_ && bits_ == q.bits_ && kind_ == q.kind_;
+    return gs_ == q.gs_ && bits_ == q.bits_ && kind_ == q.kind_ && norm_ == q.norm_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
     auto shape = in[0].shape();
-    shape.back() = in[1].shape(0);
+    shape.back() = in[1 + norm_.inputs()].shape(0);
     return {shape};
   }
   void eval_cpu(const std::vector<array>& inputs, array& out) override {
-    launch(*this, inputs, out, [gs = gs_, bits = bits_, kind = kind_](std::vector<array>& in, array& out) {
-      const int N = in[1].shape(0);
-      const size_t count = out.size();
-      float* g = kern::scratch(kern::kScratchShared, 2 * count);
-      float* u = g + count;
-      const int M = run_products(in, gs, bits, {g, u});
-      if (M == 0 || N == 0) return;
-      kern::GateArgs ga{g, N, u, N, out.data<float>(), M, N, kind};
-      kern::table().gate(ga);
-    });
+    launch(*this, inputs, out,
+           [gs = gs_, bits = bits_, kind = kind_, norm = norm_](std::vector<array>& in, array& out) {
+             const int N = in[1 + norm.inputs()].shape(0);
+             const size_t count = out.size();
+             float* g = kern::scratch(kern::kScratchShared, 2 * count);
+             float* u = g + count;
+             const int M = run_products(in, norm, gs, bits, {g, u});
+             if (M == 0 || N == 0) return;
+             kern::GateArgs ga{g, N, u, N, out.data<float>(), M, N, kind};
+             kern::table().gate(ga);
+           });
   }
 
  private:
   int gs_, bits_, kind_;
+  NormSpec norm_;
 };
 
 // ---------------------------------------------------------------------------
@@ -397,6 +389,8 @@ class RmsNorm : public KernelPrimitive {
  public:
   RmsNorm(mx::Stream s, float eps, bool has_weight) : KernelPrimitive(s), eps_(eps), has_weight_(has_weight) {}
   const char* name() const override { return "MlxcelRmsNorm"; }
+  float eps() const { return eps_; }
+  bool has_weight() const { return has_weight_; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& r = static_cast<const RmsNorm&>(o);
     return eps_ == r.eps_ && has_weight_ == r.has_weight_;
@@ -621,21 +615,37 @@ class Rope : public KernelPrimitive {
 // ---------------------------------------------------------------------------
 // Attention.
 
+// Inputs q, k, v [, mask broadcast to [B, H, Lq, Lk]]. `kv_len` >= 0: k and v
+// are whole cache buffers of which the first kv_len positions are the keys
+// (the slice the cache would take, absorbed). `merged`: the output is
+// [B, Lq, H * Dv] (heads merged for the output projection) instead of
+// [B, H, Lq, Dv].
 class Attention : public KernelPrimitive {
  public:
-  Attention(mx::Stream s, float scale, bool causal, int mask_kind)
-      : KernelPrimitive(s), scale_(scale), causal_(causal), mask_kind_(mask_kind) {}
+  Attention(mx::Stream s, float scale, bool causal, int mask_kind, bool merged, int kv_len)
+      : KernelPrimitive(s), scale_(scale), causal_(causal), mask_kind_(mask_kind), merged_(merged), kv_len_(kv_len) {}
   const char* name() const override { return "MlxcelAttention"; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& a = static_cast<const Attention&>(o);
-    return scale_ == a.scale_ && causal_ == a.causal_ && mask_kind_ == a.mask_kind_;
+    return scale_ == a.scale_ && causal_ == a.causal_ && mask_kind_ == a.mask_kind_ && merged_ == a.merged_ &&
+           kv_len_ == a.kv_len_;
   }
-  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
-    return {{in[0].shape(0), in[0].shape(1), in[0].shape(2), in[2].shape(3)}};
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return {shape(in, merged_)}; }
+  static mx::Shape shape(const std::vector<array>& in, bool merged) {
+    const auto& q = in[0];
+    if (merged) return {q.shape(0), q.shape(2), q.shape(1) * in[2].shape(3)};
+    return {q.shape(0), q.shape(1), q.shape(2), in[2].shape(3)};
   }
+  float scale() const { return scale_; }
+  bool causal() const { return causal_; }
+  int mask_kind() const { return mask_kind_; }
+  bool merged() const { return merged_; }
+  int kv_len() const { return kv_len_; }
+
   void eval_cpu(const std::vector<array>& inputs, array& out) override {
     launch(*this, inputs, out,
-           [scale = scale_, causal = causal_, mask_kind = mask_kind_](std::vector<array>& in, array& out) {
+           [scale = scale_, causal = causal_, mask_kind = mask_kind_, merged = merged_, kv_len = kv_len_](
+               std::vector<array>& in, array& out) {
              if (out.size() == 0) return;
              std::vector<float> qb, kb, vb;
              kern::AttnArgs a{};
@@ -661,11 +671,20 @@ class Attention : public KernelPrimitive {
              a.Lq = in[0].shape(2);
              a.D = in[0].shape(3);
              a.KVH = in[1].shape(1);
-             a.Lk = in[1].shape(2);
+             a.Lk = kv_len >= 0 ? kv_len : in[1].shape(2);
              a.Dv = in[2].shape(3);
              a.scale = scale;
              a.causal = causal;
              a.mask_kind = mask_kind;
+             if (merged) {  // out[b, i, h, :]
+               a.os[0] = static_cast<int64_t>(a.Lq) * a.H * a.Dv;
+               a.os[1] = a.Dv;
+               a.os[2] = static_cast<int64_t>(a.H) * a.Dv;
+             } else {  // out[b, h, i, :]
+               a.os[0] = static_cast<int64_t>(a.H) * a.Lq * a.Dv;
+               a.os[1] = static_cast<int64_t>(a.Lq) * a.Dv;
+               a.os[2] = a.Dv;
+             }
              if (mask_kind != 0) {
                const array& m = in[3];
                for (int d = 0; d < 4; ++d) a.ms[d] = m.strides()[d];
@@ -680,6 +699,8 @@ class Attention : public KernelPrimitive {
   float scale_;
   bool causal_;
   int mask_kind_;
+  bool merged_;
+  int kv_len_;
 };
 
 // ---------------------------------------------------------------------------
@@ -743,8 +764,10 @@ std::string quant_unsupported(const array& w, const array& scales, const std::op
   if (w.dtype() != mx::uint32) return "packed weights must be uint32, not " + dtype_str(w.dtype());
   if (w.ndim() != 2) return "packed weights must be 2-D, not " + shape_str(w.shape());
   if (!biases) return "affine quantization needs biases";
-  if (scales.dtype() != mx::float32 || biases->dtype() != mx::float32)
-    return "scales and biases must be float32, not " + dtype_str(scales.dtype()) + "/" + dtype_str(biases->dtype());
+  auto sd = scales.dtype();
+  if ((sd != mx::float32 && sd != mx::float16 && sd != mx::bfloat16) || biases->dtype() != sd)
+    return "scales and biases must both be float32, float16 or bfloat16, not " + dtype_str(scales.dtype()) + "/" +
+           dtype_str(biases->dtype());
   const int K = w.shape(1) * 32 / bits;
   const mx::Shape want{w.shape(0), K / gs};
   if (scales.shape() != want || biases->shape() != want)
@@ -752,6 +775,22 @@ std::string quant_unsupported(const array& w, const array& scales, const std::op
            shape_str(scales.shape()) + "/" + shape_str(biases->shape());
   if (K % gs != 0) return "input features " + std::to_string(K) + " are not a multiple of the group size";
   return "";
+}
+
+// (buffer, n) when `t` is a not yet computed Slice of the first n positions
+// (axis 2) of a 4-D buffer, all of its other axes whole.
+std::optional<std::pair<array, int>> prefix_slice(const array& t) {
+  if (!t.has_primitive() || t.status() != array::Status::unscheduled || t.ndim() != 4 ||
+      std::strcmp(t.primitive().name(), "Slice") != 0 || t.inputs().size() != 1)
+    return std::nullopt;
+  const auto& [start, stop, strides] = static_cast<const mx::Slice&>(t.primitive()).state();
+  const array& buf = t.inputs()[0];
+  if (buf.ndim() != 4 || buf.dtype() != mx::float32) return std::nullopt;
+  for (int d = 0; d < 4; ++d) {
+    if (start[d] != 0 || strides[d] != 1) return std::nullopt;
+    if (d != 2 && stop[d] != buf.shape(d)) return std::nullopt;
+  }
+  return std::make_pair(buf, static_cast<int>(stop[2]));
 }
 
 [[noreturn]] void refuse(const char* op, const std::string& why) {
@@ -763,7 +802,7 @@ std::string quant_unsupported(const array& w, const array& scales, const std::op
 mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const std::optional<mx::array>& biases, int group_size, int bits, Path path) {
   bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  cpu_stream_or_default(on_cpu);
   auto mlx_op = [&] { return mx::quantized_matmul(x, w, scales, biases, true, group_size, bits, "affine"); };
   if (path == Path::Mlx) return mlx_op();
   std::string why;
@@ -782,10 +821,7 @@ mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::arr
     if (path == Path::Auto) return mlx_op();
     refuse("quantized_linear", why);
   }
-  auto shape = x.shape();
-  shape.back() = w.shape(0);
-  return array(std::move(shape), mx::float32, std::make_shared<QuantizedLinear>(s, group_size, bits),
-               {x, w, scales, *biases});
+  return quantized_linear_multi(x, {{w, scales, biases}}, {0}, group_size, bits, Path::Kernel)[0];
 }
 
 namespace {
@@ -804,8 +840,29 @@ std::string multi_unsupported(const mx::array& x, const std::vector<QuantizedWei
   return "";
 }
 
-std::vector<array> multi_inputs(const mx::array& x, const std::vector<QuantizedWeight>& ws) {
-  std::vector<array> inputs{x};
+// When `x` is the not yet computed output of our RMS norm, its input (and
+// weight) and the norm's parameters: the product then normalises x itself.
+struct FusedInput {
+  array x;
+  NormSpec norm;
+  std::optional<array> weight;
+};
+
+FusedInput absorb_norm(const mx::array& x) {
+  if (x.has_primitive() && x.status() == array::Status::unscheduled &&
+      std::strcmp(x.primitive().name(), "MlxcelRmsNorm") == 0) {
+    const auto& p = static_cast<const RmsNorm&>(x.primitive());
+    NormSpec norm{p.has_weight() ? 2 : 1, p.eps()};
+    std::optional<array> w;
+    if (p.has_weight()) w = x.inputs()[1];
+    return {x.inputs()[0], norm, w};
+  }
+  return {x, NormSpec{}, std::nullopt};
+}
+
+std::vector<array> multi_inputs(const FusedInput& fx, const std::vector<QuantizedWeight>& ws) {
+  std::vector<array> inputs{fx.x};
+  if (fx.weight) inputs.push_back(*fx.weight);
   for (const auto& w : ws) {
     inputs.push_back(w.w);
     inputs.push_back(w.scales);
@@ -845,11 +902,12 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
     if (path == Path::Auto) return mlx_op();
     refuse("quantized_linear_multi", why);
   }
-  auto inputs = multi_inputs(x, ws);
-  auto shapes = QuantizedLinearMulti::shapes(x, inputs, heads, bits);
+  auto fx = absorb_norm(x);
+  auto inputs = multi_inputs(fx, ws);
+  auto shapes = QuantizedLinearMulti::shapes(inputs, heads, fx.norm);
   std::vector<mx::Dtype> dtypes(ws.size(), mx::float32);
-  return array::make_arrays(std::move(shapes), dtypes, std::make_shared<QuantizedLinearMulti>(s, group_size, bits, heads),
-                            inputs);
+  return array::make_arrays(std::move(shapes), dtypes,
+                            std::make_shared<QuantizedLinearMulti>(s, group_size, bits, heads, fx.norm), inputs);
 }
 
 mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
@@ -869,10 +927,11 @@ mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWe
     if (path == Path::Auto) return mlx_op();
     refuse("quantized_gated_linear", why);
   }
+  auto fx = absorb_norm(x);
   auto shape = x.shape();
   shape.back() = gate.w.shape(0);
-  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGatedLinear>(s, group_size, bits, kind),
-               multi_inputs(x, {gate, up}));
+  return array(std::move(shape), mx::float32,
+               std::make_shared<QuantizedGatedLinear>(s, group_size, bits, kind, fx.norm), multi_inputs(fx, {gate, up}));
 }
 
 mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
@@ -1008,11 +1067,39 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
     if (path == Path::Auto) return mlx_op();
     refuse("scaled_dot_product_attention", why);
   }
-  std::vector<array> inputs{q, k, v};
+  // Keys and values that are the first positions of cache buffers (the
+  // Slice nodes a cache builds): attend over the buffers directly.
+  int kv_len = -1;
+  array kk = k, vv = v;
+  auto kb = prefix_slice(k), vb = prefix_slice(v);
+  if (kb && vb && kb->second == vb->second) {
+    kk = kb->first;
+    vv = vb->first;
+    kv_len = kb->second;
+  }
+  std::vector<array> inputs{q, kk, vv};
   if (mask_kind != 0) inputs.push_back(mx::broadcast_to(*mask, {q.shape(0), q.shape(1), q.shape(2), k.shape(2)}));
-  mx::Shape shape{q.shape(0), q.shape(1), q.shape(2), v.shape(3)};
+  auto shape = Attention::shape(inputs, false);
   return array(std::move(shape), mx::float32,
-               std::make_shared<Attention>(s, scale, mask_mode == "causal", mask_kind), std::move(inputs));
+               std::make_shared<Attention>(s, scale, mask_mode == "causal", mask_kind, false, kv_len),
+               std::move(inputs));
+}
+
+mx::array merge_heads(const mx::array& x, Path path) {
+  if (x.ndim() != 4) throw std::invalid_argument("merge_heads: expected [batch, heads, seq, dim], not " + shape_str(x.shape()));
+  if (path != Path::Mlx && x.has_primitive() && x.status() == array::Status::unscheduled &&
+      std::strcmp(x.primitive().name(), "MlxcelAttention") == 0) {
+    const auto& p = static_cast<const Attention&>(x.primitive());
+    if (!p.merged()) {
+      const auto& in = x.inputs();
+      return array(Attention::shape(in, true), mx::float32,
+                   std::make_shared<Attention>(x.primitive().stream(), p.scale(), p.causal(), p.mask_kind(), true,
+                                               p.kv_len()),
+                   in);
+    }
+  }
+  if (path == Path::Kernel) refuse("merge_heads", "the input is not an attention node of mlxcel's kernel");
+  return mx::reshape(mx::transpose(x, {0, 2, 1, 3}), {x.shape(0), x.shape(2), x.shape(1) * x.shape(3)});
 }
 
 mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Path path) {

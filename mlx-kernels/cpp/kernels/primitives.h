@@ -52,6 +52,11 @@ mx::array rope(const mx::array& x, int dims, bool traditional, float base, float
 mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, const std::string& mask_mode,
                const std::optional<mx::array>& mask, Path path);
 
+/// `[B, H, L, D]` attention output as `[B, L, H * D]` for the output
+/// projection: free (the attention node writes that layout) when `x` is our
+/// attention node not yet computed, MLX's transpose and reshape otherwise.
+mx::array merge_heads(const mx::array& x, Path path);
+
 /// kind 0: silu(a) * b; kind 1: gelu_tanh(a) * b.
 mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Path path);
 

@@ -75,6 +75,17 @@ struct S {
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
   static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+  static inline void widen(const uint16_t* src, float* dst, int n, int type) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      V f = type == kScaleF16 ? _mm256_cvtph_ps(h)
+                              : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      _mm256_storeu_ps(dst + i, f);
+    }
+    for (; i < n; ++i) dst[i] = type == kScaleF16 ? _cvtsh_ss(src[i]) : bf16_to_float(src[i]);
+  }
+
   // In-place transpose of an 8x8 block held as 8 row vectors.
   static inline void transpose(V* r) {
     V t[8], u[8];

@@ -78,6 +78,17 @@ struct S {
   }
   static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+  // n 16-bit floats (kScaleF16 or kScaleBF16) to f32.
+  static inline void widen(const uint16_t* src, float* dst, int n, int type) {
+    for (int i = 0; i < n; i += 16) {
+      const __mmask16 m = mask(n - i < 16 ? n - i : 16);
+      __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+      V f = type == kScaleF16 ? _mm512_cvtph_ps(h)
+                              : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      _mm512_mask_storeu_ps(dst + i, m, f);
+    }
+  }
+
   // In-place transpose of a 16x16 block held as 16 row vectors.
   static inline void transpose(V* r) {
     V t[16], u[16];

@@ -59,4 +59,7 @@ struct S {
   static inline V iota() { return 0.0f; }
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
   static inline void prefetch(const void* p) { __builtin_prefetch(p); }
+  static inline void widen(const uint16_t* src, float* dst, int n, int type) {
+    for (int i = 0; i < n; ++i) dst[i] = type == kScaleF16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
+  }
 };

@@ -3,7 +3,7 @@
 //! are projected and whether queries and keys are normalised per head).
 
 use mlxcel_mlx::Array;
-use mlxcel_mlx::fast::scaled_dot_product_attention;
+use mlxcel_mlx::fast::{merge_heads, scaled_dot_product_attention};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -51,8 +51,6 @@ impl Attention {
     /// `x: [batch, seq, hidden]` → `[batch, seq, hidden]`, appending this step's
     /// keys and values to `cache`.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let shape = x.shape();
-        let (b, l) = (shape[0], shape[1]);
         // [b, l, hidden] -> q [b, heads, l, d], k and v [b, kv_heads, l, d],
         // queries and keys normalised per head.
         let (q, k, v) = self.project_heads(x)?;
@@ -70,7 +68,8 @@ impl Attention {
         let step = cache.update(&k, &v)?;
         let out =
             scaled_dot_product_attention(&q, &step.keys, &step.values, self.scale, step.mask.as_attention_mask())?;
-        let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
+        // [b, heads, l, d] -> [b, l, heads * d]
+        let out = merge_heads(&out)?;
         self.o.forward(&out)
     }
 
