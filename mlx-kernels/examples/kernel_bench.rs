@@ -14,8 +14,8 @@
 
 use std::time::Instant;
 
-use mlxcel_mlx::fast::{self, Path};
-use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized, random};
+use mlxcel_mlx::fast::{self, GateActivation, Path};
+use mlxcel_mlx::{Array, AttentionMask, Dtype, QuantMode, Quantized, random};
 
 struct Shape {
     model: &'static str,
@@ -163,6 +163,51 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
                 }
             }
         }
+    }
+    other_kernels(&key, no_mlx)?;
+    Ok(())
+}
+
+/// One graph node of each of the other kernels against MLX's op, at
+/// SmolLM2-135M shapes (9 heads, 3 KV heads, head dim 64, hidden 576, MLP 1536).
+fn other_kernels(key: &random::Key, no_mlx: bool) -> Result<(), mlxcel_mlx::Error> {
+    fast::set_threads(0);
+    println!("\n## Other kernels, {} thread(s), one graph node each (best of 20)\n", fast::threads());
+    println!("| operation | shape | mlxcel µs | MLX µs | vs MLX |");
+    println!("|---|---|---|---|---|");
+    let rand = |shape: &[i32]| -> Result<Array, mlxcel_mlx::Error> {
+        let a = random::normal(shape, Dtype::F32, 0.0, 1.0, key)?;
+        a.eval()?;
+        Ok(a)
+    };
+    let row = |name: &str, shape: &str, f: &dyn Fn(fast::Fast) -> Array| {
+        let ours = time_best(20, || f(fast::on(Path::Kernel)).eval().unwrap());
+        let mlx = if no_mlx { f64::NAN } else { time_best(5, || f(fast::on(Path::Mlx)).eval().unwrap()) };
+        let m = if mlx.is_nan() { "–".to_string() } else { format!("{:.0}", mlx * 1e6) };
+        let r = if mlx.is_nan() { "–".to_string() } else { format!("{:.0}×", mlx / ours) };
+        println!("| {name} | {shape} | {:.1} | {m} | {r} |", ours * 1e6);
+    };
+    let w = rand(&[576])?;
+    for l in [1, 512] {
+        let x = rand(&[1, l, 576])?;
+        row("rms_norm", &format!("[1, {l}, 576]"), &|f| f.rms_norm(&x, Some(&w), 1e-5).unwrap());
+        let q = rand(&[1, 9, l, 64])?;
+        row("rope", &format!("[1, 9, {l}, 64], offset 100"), &|f| f.rope(&q, 64, false, 1e5, 1.0, 100, None).unwrap());
+        let (g, u) = (rand(&[1, l, 1536])?, rand(&[1, l, 1536])?);
+        row("silu(a)·b", &format!("[1, {l}, 1536]"), &|f| f.gated_activation(GateActivation::Silu, &g, &u).unwrap());
+        row("gelu_tanh(a)·b", &format!("[1, {l}, 1536]"), &|f| {
+            f.gated_activation(GateActivation::GeluApprox, &g, &u).unwrap()
+        });
+    }
+    for (lq, lk) in [(1, 128), (1, 512), (1, 2048), (512, 512)] {
+        let q = rand(&[1, 9, lq, 64])?;
+        let (k, v) = (rand(&[1, 3, lk, 64])?, rand(&[1, 3, lk, 64])?);
+        let mask = if lq > 1 { AttentionMask::Causal } else { AttentionMask::None };
+        row(
+            "attention",
+            &format!("q [1, 9, {lq}, 64], kv [1, 3, {lk}, 64]{}", if lq > 1 { ", causal" } else { "" }),
+            &|f| f.scaled_dot_product_attention(&q, &k, &v, 0.125, mask).unwrap(),
+        );
     }
     Ok(())
 }

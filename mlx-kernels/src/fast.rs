@@ -318,11 +318,7 @@ impl Fast {
         scale: f32,
         mask: AttentionMask<'_>,
     ) -> Result<Array> {
-        let (mode, arr) = match mask {
-            AttentionMask::None => ("", None),
-            AttentionMask::Causal => ("causal", None),
-            AttentionMask::Array(a) => ("array", Some(a)),
-        };
+        let (mode, arr) = mask.mode_and_array();
         wrap(
             "scaled_dot_product_attention",
             bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.code()),

@@ -652,9 +652,35 @@ void attention_dot(const AttnArgs& a) {
       const int h = kvh * n_rep + r / a.Lq, i = r % a.Lq;
       scale_into(qs + r * D, a.q + b * a.qs[0] + h * a.qs[1] + i * a.qs[2], a.scale, D);
     }
-    const float* kbase = a.k + b * a.ks[0] + kvh * a.ks[1];
-    for (int j = 0; j < nk; ++j) {
-      const float* kj = kbase + (j0 + j) * a.ks[2];
+    const float* kbase = a.k + b * a.ks[0] + kvh * a.ks[1] + static_cast<int64_t>(j0) * a.ks[2];
+    // Scores, W keys at a time: a W x W block of keys (W keys by W features)
+    // is transposed in registers, so each feature is one broadcast-FMA per
+    // query row (no horizontal sums).
+    int j = 0;
+    for (; j + W <= nk; j += W) {
+      for (int r0 = 0; r0 < rows; r0 += 8) {
+        const int nr = imin(8, rows - r0);
+        V acc[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) acc[r] = S::zero();
+        for (int d0 = 0; d0 < D; d0 += W) {
+          const int nd = imin(W, D - d0);
+          V blk[W];
+          for (int t = 0; t < W; ++t) {
+            const float* kt = kbase + (j + t) * a.ks[2] + d0;
+            blk[t] = nd == W ? S::load(kt) : S::load_n(kt, nd);
+          }
+          S::transpose(blk);
+          for (int dd = 0; dd < nd; ++dd)
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; ++r)
+              if (r < nr) acc[r] = S::fma(S::set1(qs[(r0 + r) * D + d0 + dd]), blk[dd], acc[r]);
+        }
+        for (int r = 0; r < nr; ++r) S::store(sc + (r0 + r) * nk + j, acc[r]);
+      }
+    }
+    for (; j < nk; ++j) {
+      const float* kj = kbase + j * a.ks[2];
       for (int r = 0; r < rows; ++r) sc[r * nk + j] = dot(qs + r * D, kj, D);
     }
     for (int r = 0; r < rows; ++r) {
@@ -664,12 +690,40 @@ void attention_dot(const AttnArgs& a) {
       const float m = vmax(s, nk);
       P[r * pstride + Dv] = m;
       P[r * pstride + Dv + 1] = exp_sub_sum(s, m, nk);
-      for (int d = 0; d < Dv; ++d) P[r * pstride + d] = 0.0f;
     }
-    const float* vbase = a.v + b * a.vs[0] + kvh * a.vs[1];
-    for (int j = 0; j < nk; ++j) {
-      const float* vj = vbase + (j0 + j) * a.vs[2];
-      for (int r = 0; r < rows; ++r) axpy(P + r * pstride, sc[r * nk + j], vj, Dv);
+    // P · V with the output rows in registers: 4 rows by 4 vectors of features
+    // per pass, each value row loaded once per pass.
+    const float* vbase = a.v + b * a.vs[0] + kvh * a.vs[1] + static_cast<int64_t>(j0) * a.vs[2];
+    for (int dv0 = 0; dv0 < Dv; dv0 += 4 * W) {
+      const int nv = imin(4, ceil_div(Dv - dv0, W));
+      const int tail = Dv - dv0 - (nv - 1) * W;  // features in the last vector
+      for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int nr = imin(4, rows - r0);
+        V o[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v) o[r][v] = S::zero();
+        for (int jj = 0; jj < nk; ++jj) {
+          const float* vj = vbase + jj * a.vs[2] + dv0;
+          V vv[4];
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v)
+            vv[v] = v < nv - 1 ? S::load(vj + v * W) : (v == nv - 1 ? S::load_n(vj + v * W, tail) : S::zero());
+#pragma GCC unroll 4
+          for (int r = 0; r < 4; ++r) {
+            if (r >= nr) break;
+            const V p = S::set1(sc[(r0 + r) * nk + jj]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; ++v) o[r][v] = S::fma(p, vv[v], o[r][v]);
+          }
+        }
+        for (int r = 0; r < nr; ++r)
+          for (int v = 0; v < nv; ++v) {
+            float* dst = P + (r0 + r) * pstride + dv0 + v * W;
+            if (v < nv - 1) S::store(dst, o[r][v]); else S::store_n(dst, o[r][v], tail);
+          }
+      }
     }
   });
   // Merge the splits: out = sum_c e^(m_c - M) O_c / sum_c e^(m_c - M) l_c.
@@ -702,10 +756,11 @@ void attention_dot(const AttnArgs& a) {
   }
 }
 
-// Many queries (prefill): flash attention. Per (batch, head, block of
-// queries): keys transposed once into scratch, then tiles of RB queries by 2W
-// keys with an online softmax, and P·V accumulated in registers per 2W
-// features. Key blocks entirely above the causal diagonal are skipped.
+// Many queries (prefill): flash attention. Keys are transposed once per
+// (batch, kv head) into scratch (W x W blocks in registers); then per (batch,
+// head, block of queries): tiles of RB queries by 2W keys with an online
+// softmax, P·V accumulated in registers per 2W features. Key blocks entirely
+// above the causal diagonal are skipped.
 void attention_blocked(const AttnArgs& a) {
   constexpr int RB = S::ATT_RB, KB = 2 * W;
   const int n_rep = a.H / a.KVH, D = a.D, Dv = a.Dv, Dvp = round_up(Dv, 2 * W);
@@ -713,26 +768,40 @@ void attention_blocked(const AttnArgs& a) {
   const bool skip = a.causal && offset >= 0;
   const int QB = round_up(64, RB);
   const int qblocks = ceil_div(a.Lq, QB);
+  const int kpad = round_up(imax(a.Lk, 1), KB);
+  const int64_t kt_size = static_cast<int64_t>(D) * kpad;
+  float* kts = scratch(kScratchShared, static_cast<size_t>(a.B) * a.KVH * kt_size);
+  // Transposed keys, kt[d][j], zero past Lk.
+  const int jblocks = ceil_div(kpad, W);
+  parallel_for(a.B * a.KVH, [&](int t) {
+    const int b = t / a.KVH, kvh = t % a.KVH;
+    const float* kbase = a.k + b * a.ks[0] + kvh * a.ks[1];
+    float* kt = kts + t * kt_size;
+    for (int jb = 0; jb < jblocks; ++jb) {
+      const int j0 = jb * W, nj = imin(W, a.Lk - j0);
+      for (int d0 = 0; d0 < D; d0 += W) {
+        const int nd = imin(W, D - d0);
+        V blk[W];
+        for (int r = 0; r < W; ++r) {
+          const float* kr = kbase + (j0 + r) * a.ks[2] + d0;
+          blk[r] = r >= nj ? S::zero() : (nd == W ? S::load(kr) : S::load_n(kr, nd));
+        }
+        S::transpose(blk);
+        for (int dd = 0; dd < nd; ++dd) S::store(kt + static_cast<int64_t>(d0 + dd) * kpad + j0, blk[dd]);
+      }
+    }
+  });
   parallel_for(a.B * a.H * qblocks, [&](int t) {
     const int qb = t % qblocks, bh = t / qblocks;
     const int b = bh / a.H, h = bh % a.H, kvh = h / n_rep;
     const int i0 = qb * QB, i1 = imin(a.Lq, i0 + QB);
-    const int kend = skip ? imin(a.Lk, i1 + offset) : a.Lk;
-    const int kpad = round_up(imax(kend, 1), KB);
-    float* kt = scratch(kScratchAttn, static_cast<size_t>(D) * kpad + RB * D + RB * Dvp + RB * KB + 2 * RB);
-    float* qsb = kt + static_cast<int64_t>(D) * kpad;
+    const float* kt = kts + (static_cast<int64_t>(b) * a.KVH + kvh) * kt_size;
+    float* qsb = scratch(kScratchAttn, static_cast<size_t>(RB) * D + RB * Dvp + RB * KB + 2 * RB);
     float* O = qsb + RB * D;
     float* Sb = O + RB * Dvp;
     float* mrow = Sb + RB * KB;
     float* lrow = mrow + RB;
-    const float* kbase = a.k + b * a.ks[0] + kvh * a.ks[1];
     const float* vbase = a.v + b * a.vs[0] + kvh * a.vs[1];
-    for (int j = 0; j < kend; ++j) {
-      const float* kj = kbase + j * a.ks[2];
-      for (int d = 0; d < D; ++d) kt[static_cast<int64_t>(d) * kpad + j] = kj[d];
-    }
-    for (int d = 0; d < D; ++d)
-      for (int j = kend; j < kpad; ++j) kt[static_cast<int64_t>(d) * kpad + j] = 0.0f;
     for (int ib = i0; ib < i1; ib += RB) {
       const int nr = imin(RB, i1 - ib);
       for (int r = 0; r < RB; ++r) {

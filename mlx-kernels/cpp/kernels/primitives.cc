@@ -736,11 +736,6 @@ class GatedActivation : public KernelPrimitive {
 // ---------------------------------------------------------------------------
 // Choosing between our kernels and MLX's ops.
 
-mx::Stream cpu_stream_or_default(bool& on_cpu) {
-  auto s = mx::default_stream(mx::default_device());
-  on_cpu = s.device == mx::Device::cpu;
-  return s;
-}
 
 std::string shape_str(const mx::Shape& s) {
   std::ostringstream o;
@@ -797,31 +792,21 @@ std::optional<std::pair<array, int>> prefix_slice(const array& t) {
   throw std::invalid_argument(std::string(op) + ": mlxcel's kernel cannot run this: " + why);
 }
 
+// Whether to build our node: never on Path::Mlx; on Path::Auto when nothing
+// stands against it (`why` empty); on Path::Kernel a reason is an error.
+bool use_kernel(Path path, const char* op, const std::string& why) {
+  if (path == Path::Mlx) return false;
+  if (why.empty()) return true;
+  if (path == Path::Auto) return false;
+  refuse(op, why);
+}
+
 }  // namespace
 
 mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::array& scales,
                            const std::optional<mx::array>& biases, int group_size, int bits, Path path) {
-  bool on_cpu = false;
-  cpu_stream_or_default(on_cpu);
-  auto mlx_op = [&] { return mx::quantized_matmul(x, w, scales, biases, true, group_size, bits, "affine"); };
-  if (path == Path::Mlx) return mlx_op();
-  std::string why;
-  if (!on_cpu) {
-    why = "the default device is not the CPU";
-  } else if (x.dtype() != mx::float32) {
-    why = "activations must be float32, not " + dtype_str(x.dtype());
-  } else if (x.ndim() < 1) {
-    why = "activations must have at least one dimension";
-  } else if (why = quant_unsupported(w, scales, biases, group_size, bits); why.empty()) {
-    const int K = w.shape(1) * 32 / bits;
-    if (x.shape(-1) != K)
-      why = "activations have " + std::to_string(x.shape(-1)) + " features, the weights " + std::to_string(K);
-  }
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("quantized_linear", why);
-  }
-  return quantized_linear_multi(x, {{w, scales, biases}}, {0}, group_size, bits, Path::Kernel)[0];
+  // One product: the multi-product node with one plain output.
+  return quantized_linear_multi(x, {{w, scales, biases}}, {0}, group_size, bits, path)[0];
 }
 
 namespace {
@@ -882,8 +867,8 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
       throw std::invalid_argument("quantized_linear_multi: heads need x [batch, seq, features] and outputs " +
                                   std::string("divisible by the head count"));
   }
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     std::vector<array> outs;
     for (size_t i = 0; i < ws.size(); ++i) {
@@ -896,12 +881,8 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
     }
     return outs;
   };
-  if (path == Path::Mlx) return mlx_op();
   std::string why = on_cpu ? multi_unsupported(x, ws, group_size, bits) : "the default device is not the CPU";
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("quantized_linear_multi", why);
-  }
+  if (!use_kernel(path, "quantized_linear_multi", why)) return mlx_op();
   auto fx = absorb_norm(x);
   auto inputs = multi_inputs(fx, ws);
   auto shapes = QuantizedLinearMulti::shapes(inputs, heads, fx.norm);
@@ -913,20 +894,16 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
 mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
                                  int group_size, int bits, Path path) {
   if (kind != 0 && kind != 1) throw std::invalid_argument("quantized_gated_linear: unknown activation");
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     auto g = mx::quantized_matmul(x, gate.w, gate.scales, gate.biases, true, group_size, bits, "affine");
     auto u = mx::quantized_matmul(x, up.w, up.scales, up.biases, true, group_size, bits, "affine");
     return gated_activation(kind, g, u, Path::Mlx);
   };
-  if (path == Path::Mlx) return mlx_op();
   std::string why = on_cpu ? multi_unsupported(x, {gate, up}, group_size, bits) : "the default device is not the CPU";
   if (why.empty() && gate.w.shape(0) != up.w.shape(0)) why = "gate and up projections have different widths";
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("quantized_gated_linear", why);
-  }
+  if (!use_kernel(path, "quantized_gated_linear", why)) return mlx_op();
   auto fx = absorb_norm(x);
   auto shape = x.shape();
   shape.back() = gate.w.shape(0);
@@ -936,14 +913,13 @@ mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWe
 
 mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
                            const std::optional<mx::array>& biases, int group_size, int bits, Path path) {
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     std::optional<array> b;
     if (biases) b = mx::take(*biases, ids, 0);
     return mx::dequantize(mx::take(w, ids, 0), mx::take(scales, ids, 0), b, group_size, bits, "affine");
   };
-  if (path == Path::Mlx) return mlx_op();
   std::string why;
   if (!on_cpu) {
     why = "the default device is not the CPU";
@@ -952,10 +928,7 @@ mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::a
   } else {
     why = quant_unsupported(w, scales, biases, group_size, bits);
   }
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("quantized_gather", why);
-  }
+  if (!use_kernel(path, "quantized_gather", why)) return mlx_op();
   auto shape = ids.shape();
   shape.push_back(w.shape(1) * 32 / bits);
   return array(std::move(shape), mx::float32, std::make_shared<QuantizedGather>(s, group_size, bits),
@@ -963,10 +936,9 @@ mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::a
 }
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path) {
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] { return mx::fast::rms_norm(x, weight, eps); };
-  if (path == Path::Mlx) return mlx_op();
   std::string why;
   if (!on_cpu) {
     why = "the default device is not the CPU";
@@ -979,10 +951,7 @@ mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, f
   } else if (weight && (weight->ndim() != 1 || weight->shape(0) != x.shape(-1))) {
     why = "weight must be [" + std::to_string(x.shape(-1)) + "], not " + shape_str(weight->shape());
   }
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("rms_norm", why);
-  }
+  if (!use_kernel(path, "rms_norm", why)) return mlx_op();
   std::vector<array> inputs{x};
   if (weight) inputs.push_back(*weight);
   return array(x.shape(), mx::float32, std::make_shared<RmsNorm>(s, eps, weight.has_value()), std::move(inputs));
@@ -990,13 +959,12 @@ mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, f
 
 mx::array rope(const mx::array& x, int dims, bool traditional, float base, float scale, int offset,
                const std::optional<mx::array>& freqs, Path path) {
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     std::optional<float> b = freqs ? std::nullopt : std::optional<float>(base);
     return mx::fast::rope(x, dims, traditional, b, scale, offset, freqs);
   };
-  if (path == Path::Mlx) return mlx_op();
   std::string why;
   if (!on_cpu) {
     why = "the default device is not the CPU";
@@ -1014,10 +982,7 @@ mx::array rope(const mx::array& x, int dims, bool traditional, float base, float
   } else if (!freqs && !(base > 0.0f)) {
     why = "base must be positive";
   }
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("rope", why);
-  }
+  if (!use_kernel(path, "rope", why)) return mlx_op();
   std::vector<array> inputs{x};
   if (freqs) inputs.push_back(*freqs);
   return array(x.shape(), mx::float32,
@@ -1027,10 +992,9 @@ mx::array rope(const mx::array& x, int dims, bool traditional, float base, float
 
 mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, const std::string& mask_mode,
                const std::optional<mx::array>& mask, Path path) {
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] { return mx::fast::scaled_dot_product_attention(q, k, v, scale, mask_mode, mask); };
-  if (path == Path::Mlx) return mlx_op();
   std::string why;
   int mask_kind = 0;
   if (!on_cpu) {
@@ -1063,10 +1027,7 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
   } else if (!mask_mode.empty()) {
     why = "unknown mask mode '" + mask_mode + "'";
   }
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse("scaled_dot_product_attention", why);
-  }
+  if (!use_kernel(path, "scaled_dot_product_attention", why)) return mlx_op();
   // Keys and values that are the first positions of cache buffers (the
   // Slice nodes a cache builds): attend over the buffers directly.
   int kv_len = -1;
@@ -1103,8 +1064,8 @@ mx::array merge_heads(const mx::array& x, Path path) {
 }
 
 mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Path path) {
-  bool on_cpu = false;
-  auto s = cpu_stream_or_default(on_cpu);
+  auto s = mx::default_stream(mx::default_device());
+  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     if (kind == 0) return mx::multiply(mx::multiply(a, mx::sigmoid(a)), b);
     // (x/2)(1 + tanh(sqrt(2/pi) (x + 0.044715 x³))), as mlxcel's Array::gelu_approx.
@@ -1116,7 +1077,6 @@ mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Pat
     return mx::multiply(act, b);
   };
   if (kind != 0 && kind != 1) throw std::invalid_argument("gated_activation: unknown activation");
-  if (path == Path::Mlx) return mlx_op();
   std::string why;
   if (!on_cpu) {
     why = "the default device is not the CPU";
@@ -1127,10 +1087,7 @@ mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Pat
   } else if (a.ndim() < 1) {
     why = "inputs must have at least one dimension";
   }
-  if (!why.empty()) {
-    if (path == Path::Auto) return mlx_op();
-    refuse(kind == 0 ? "silu_mul" : "gelu_approx_mul", why);
-  }
+  if (!use_kernel(path, kind == 0 ? "silu_mul" : "gelu_approx_mul", why)) return mlx_op();
   return array(a.shape(), mx::float32, std::make_shared<GatedActivation>(s, kind), {a, b});
 }
 
