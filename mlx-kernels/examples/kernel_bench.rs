@@ -6,10 +6,14 @@
 //! cargo run --release -p mlxcel-mlx --example kernel_bench -- [--threads 1,2] [--quick] [--no-mlx]
 //! ```
 //!
-//! Per shape and row count M it prints: the kernel alone (best of many calls,
-//! no MLX graph), its weight bandwidth and GFLOP/s; the same kernel as a graph
+//! Per shape and row count M (1: decode, 512: prefill) it prints: the kernel
+//! alone (best of many calls, no MLX graph) and its GFLOP/s; for M = 1 the
+//! weight bytes per second with the matrix in cache ("hot": the same matrix
+//! again and again) and streamed from memory ("cold": distinct copies, 256 MiB
+//! in all, with f32 and with f16 scales and biases); the same kernel as a graph
 //! node (MLX dispatch included, averaged over 16 nodes in one evaluation); and
-//! MLX's own `quantized_matmul` (best of a few). Timings on a shared machine
+//! MLX's own `quantized_matmul` (best of a few). Then the read bandwidth of
+//! this machine and the other kernels against MLX. Timings on a shared machine
 //! are noisy: everything is best-of-N.
 
 use std::time::Instant;
@@ -146,13 +150,13 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
                     };
                     let opt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "–".to_string() } else { f(v) };
                     println!(
-                        "| {} | {} | {}×{} | {bits}/{group} | {m} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {} | {} |",
+                        "| {} | {} | {}×{} | {bits}/{group} | {m} | {:.1} | {} | {} | {} | {:.1} | {:.1} | {} | {} |",
                         s.model,
                         s.name,
                         s.n,
                         s.k,
                         kt * 1e6,
-                        wbytes as f64 / kt / 1e9,
+                        opt(if m == 1 { wbytes as f64 / kt / 1e9 } else { f64::NAN }, &|v| format!("{v:.1}")),
                         opt(cold, &|v| format!("{v:.1}")),
                         opt(cold16, &|v| format!("{v:.1}")),
                         flops / kt / 1e9,
