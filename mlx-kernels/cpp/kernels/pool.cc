@@ -10,6 +10,11 @@
 #include <sched.h>
 #include <unistd.h>
 
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#include <sys/types.h>
+#endif
+
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -83,6 +88,7 @@ bool env_is(const char* name, const char* value) {
 
 // Physical cores among the CPUs this process may run on (SMT siblings count once).
 int physical_cores() {
+#if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) != 0) {
@@ -101,6 +107,16 @@ int physical_cores() {
     cores.insert({pkg_id, core_id});
   }
   return cores.empty() ? std::max(cpus, 1) : static_cast<int>(cores.size());
+#elif defined(__APPLE__)
+  int n = 0;
+  size_t len = sizeof(n);
+  if (sysctlbyname("hw.physicalcpu", &n, &len, nullptr, 0) == 0 && n > 0) return n;
+  unsigned h = std::thread::hardware_concurrency();
+  return h > 0 ? static_cast<int>(h) : 1;
+#else
+  unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+#endif
 }
 
 struct Job {
