@@ -7,6 +7,17 @@
 
 use std::path::PathBuf;
 
+/// The CPU kernels (cpp/kernels/): one file per ISA, each compiled with its
+/// own `#pragma GCC target`, so no global -march flag is needed or used.
+const KERNEL_SOURCES: [&str; 6] = [
+    "cpp/kernels/pool.cc",
+    "cpp/kernels/dispatch.cc",
+    "cpp/kernels/primitives.cc",
+    "cpp/kernels/isa_scalar.cc",
+    "cpp/kernels/isa_avx2.cc",
+    "cpp/kernels/isa_avx512.cc",
+];
+
 fn main() {
     println!("cargo::rerun-if-env-changed=MLX_DIR");
     println!("cargo::rerun-if-changed=cpp");
@@ -34,9 +45,13 @@ fn main() {
 
     cxx_build::bridge("src/ffi.rs")
         .file("cpp/bridge.cc")
+        .files(KERNEL_SOURCES)
         .std("c++20")
         .include(&include)
         .flag_if_supported("-Wno-unused-parameter")
+        // Kernels round exactly where they say (no silent a*b+c -> fma), to
+        // match MLX's reference ops; explicit FMA intrinsics stay FMAs.
+        .flag("-ffp-contract=off")
         .opt_level(2)
         .compile("mlxcel_mlx_bridge");
 

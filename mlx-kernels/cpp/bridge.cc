@@ -4,6 +4,8 @@
 // and reported as an exception, which cxx turns into a Rust `Err`.
 #include "mlxcel-mlx/cpp/bridge.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,8 @@
 #include "mlx/backend/gpu/device_info.h"
 #include "mlx/memory.h"
 #include "mlx/version.h"
+#include "mlxcel-mlx/cpp/kernels/kernels.h"
+#include "mlxcel-mlx/cpp/kernels/primitives.h"
 
 namespace mx = mlx::core;
 
@@ -352,6 +356,137 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
                           bool transpose, int32_t group_size, int32_t bits, rust::Str mode) {
   return wrap(mx::quantized_matmul(x.inner, w.inner, scales.inner, opt(biases), transpose, group_size, bits,
                                    std::string(mode)));
+}
+
+fast::Path to_path(uint8_t p) {
+  switch (p) {
+    case 0: return fast::Path::Auto;
+    case 1: return fast::Path::Kernel;
+    case 2: return fast::Path::Mlx;
+    default: throw std::invalid_argument("unknown kernel path " + std::to_string(p));
+  }
+}
+
+ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                               int32_t group_size, int32_t bits, uint8_t path) {
+  return wrap(fast::quantized_linear(x.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+}
+
+ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                               int32_t group_size, int32_t bits, uint8_t path) {
+  return wrap(fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+}
+
+namespace {
+std::vector<fast::QuantizedWeight> weight_triples(const ArrayList& weights) {
+  if (weights.items.size() % 3 != 0) throw std::invalid_argument("weights come as (codes, scales, biases) triples");
+  std::vector<fast::QuantizedWeight> ws;
+  for (size_t i = 0; i < weights.items.size(); i += 3)
+    ws.push_back({weights.items[i], weights.items[i + 1], weights.items[i + 2]});
+  return ws;
+}
+}  // namespace
+
+std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights,
+                                                       rust::Slice<const int32_t> heads, int32_t group_size,
+                                                       int32_t bits, uint8_t path) {
+  return wrap_list(fast::quantized_linear_multi(x.inner, weight_triples(weights), to_ints(heads), group_size, bits,
+                                                to_path(path)));
+}
+
+ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size,
+                                     int32_t bits, uint8_t path) {
+  auto ws = weight_triples(weights);
+  if (ws.size() != 2) throw std::invalid_argument("a gated linear takes a gate and an up projection");
+  return wrap(fast::quantized_gated_linear(kind, x.inner, ws[0], ws[1], group_size, bits, to_path(path)));
+}
+
+ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path) {
+  return wrap(fast::rms_norm(x.inner, opt(weight), eps, to_path(path)));
+}
+
+ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset,
+                   std::unique_ptr<Array> freqs, uint8_t path) {
+  return wrap(fast::rope(x.inner, dims, traditional, base, scale, offset, opt(freqs), to_path(path)));
+}
+
+ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode,
+                   std::unique_ptr<Array> mask, uint8_t path) {
+  return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, std::string(mask_mode), opt(mask), to_path(path)));
+}
+
+ArrayPtr fast_merge_heads(const Array& x, uint8_t path) { return wrap(fast::merge_heads(x.inner, to_path(path))); }
+
+ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path) {
+  return wrap(fast::gated_activation(kind, a.inner, b.inner, to_path(path)));
+}
+
+int32_t kernels_threads() { return kern::pool_threads(); }
+int32_t kernels_default_threads() { return kern::default_threads(); }
+void kernels_set_threads(int32_t n) { kern::set_pool_threads(n); }
+uint8_t kernels_isa() { return static_cast<uint8_t>(kern::table().isa); }
+bool kernels_isa_supported(uint8_t isa) { return isa <= 2 && kern::isa_supported(static_cast<kern::Isa>(isa)); }
+bool kernels_set_isa(uint8_t isa) { return isa <= 2 && kern::set_isa(static_cast<kern::Isa>(isa)); }
+double kernels_read_bandwidth(size_t bytes, int32_t reps) { return kern::read_bandwidth_gbs(bytes, reps); }
+
+rust::Vec<rust::String> pending_ops(const ArrayList& list) {
+  rust::Vec<rust::String> out;
+  for (auto& name : fast::pending_ops(list.items)) out.push_back(rust::String(name));
+  return out;
+}
+
+// Seconds per pass of the quantized-matmul kernel alone (no graph, no MLX
+// dispatch) over the weights of `weights` ((codes, scales, biases) triples)
+// in sequence, best of `reps` passes. One weight measures a matrix that stays
+// in cache; many distinct copies measure one streamed from memory.
+double kernels_bench_qmm(const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, int32_t reps) {
+  if (weights.items.empty() || weights.items.size() % 3 != 0)
+    throw std::invalid_argument("kernels_bench_qmm: weights come as (codes, scales, biases) triples");
+  std::vector<mx::array> all{x.inner};
+  all.insert(all.end(), weights.items.begin(), weights.items.end());
+  mx::eval(all);
+  for (const auto& a : all) {
+    if (!a.flags().row_contiguous) throw std::invalid_argument("kernels_bench_qmm: inputs must be row-contiguous");
+  }
+  const int K = x.inner.shape(-1);
+  if (x.inner.dtype() != mx::float32 || (bits != 4 && bits != 8) || K % group_size != 0)
+    throw std::invalid_argument("kernels_bench_qmm: f32 x, 4 or 8 bits");
+  std::vector<kern::QmmArgs> args;
+  size_t max_n = 0;
+  for (size_t i = 0; i < weights.items.size(); i += 3) {
+    const auto& w = weights.items[i];
+    const auto& sc = weights.items[i + 1];
+    const auto& bi = weights.items[i + 2];
+    const auto sd = sc.dtype();
+    if (w.dtype() != mx::uint32 || w.shape(1) * 32 / bits != K || bi.dtype() != sd ||
+        (sd != mx::float32 && sd != mx::float16 && sd != mx::bfloat16))
+      throw std::invalid_argument("kernels_bench_qmm: u32 codes of K columns, f32/f16/bf16 scales and biases");
+    kern::QmmArgs a{};
+    a.x = x.inner.data<float>();
+    a.ldx = K;
+    a.w = w.data<uint32_t>();
+    a.scales = sc.data<void>();
+    a.biases = bi.data<void>();
+    a.scale_type = sd == mx::float32 ? kern::kScaleF32 : (sd == mx::float16 ? kern::kScaleF16 : kern::kScaleBF16);
+    a.M = static_cast<int>(x.inner.size() / K);
+    a.N = w.shape(0);
+    a.ldo = a.N;
+    a.K = K;
+    a.group_size = group_size;
+    a.bits = bits;
+    max_n = std::max(max_n, static_cast<size_t>(a.N));
+    args.push_back(a);
+  }
+  std::vector<float> out(static_cast<size_t>(args[0].M) * max_n);
+  for (auto& a : args) a.out = out.data();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (const auto& a : args) kern::table().qmm(a);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = dt < best ? dt : best;
+  }
+  return best;
 }
 
 ArrayPtr random_key(uint64_t seed) { return wrap(mx::random::key(seed)); }

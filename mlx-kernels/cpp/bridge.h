@@ -99,6 +99,27 @@ std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t 
 ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, rust::Str mode, uint8_t dtype);
 ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, rust::Str mode);
 
+// mlxcel's kernels (cpp/kernels/primitives.h): path 0 picks ours when it can,
+// 1 insists on ours, 2 always takes MLX's op.
+ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
+ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
+std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, uint8_t path);
+ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, uint8_t path);
+ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path);
+ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs, uint8_t path);
+ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, uint8_t path);
+ArrayPtr fast_merge_heads(const Array& x, uint8_t path);
+ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path);
+int32_t kernels_threads();
+int32_t kernels_default_threads();
+void kernels_set_threads(int32_t n);
+uint8_t kernels_isa();
+bool kernels_isa_supported(uint8_t isa);
+bool kernels_set_isa(uint8_t isa);
+double kernels_read_bandwidth(size_t bytes, int32_t reps);
+rust::Vec<rust::String> pending_ops(const ArrayList& list);
+double kernels_bench_qmm(const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, int32_t reps);
+
 // Random numbers, always from an explicit key (deterministic per seed).
 ArrayPtr random_key(uint64_t seed);
 ArrayPtr random_split(const Array& key, int32_t num);

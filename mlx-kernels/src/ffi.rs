@@ -127,6 +127,76 @@ pub(crate) mod bridge {
             mode: &str,
         ) -> Result<UniquePtr<Array>>;
 
+        // mlxcel's kernels (cpp/kernels/primitives.h); `path`: 0 auto, 1 ours, 2 MLX's.
+        #[allow(clippy::too_many_arguments)]
+        fn fast_quantized_linear(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: UniquePtr<Array>,
+            group_size: i32,
+            bits: i32,
+            path: u8,
+        ) -> Result<UniquePtr<Array>>;
+        #[allow(clippy::too_many_arguments)]
+        fn fast_quantized_gather(
+            ids: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: UniquePtr<Array>,
+            group_size: i32,
+            bits: i32,
+            path: u8,
+        ) -> Result<UniquePtr<Array>>;
+        fn fast_quantized_linear_multi(
+            x: &Array,
+            weights: &ArrayList,
+            heads: &[i32],
+            group_size: i32,
+            bits: i32,
+            path: u8,
+        ) -> Result<UniquePtr<ArrayList>>;
+        fn fast_quantized_gated_linear(
+            kind: u8,
+            x: &Array,
+            weights: &ArrayList,
+            group_size: i32,
+            bits: i32,
+            path: u8,
+        ) -> Result<UniquePtr<Array>>;
+        fn fast_rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32, path: u8) -> Result<UniquePtr<Array>>;
+        #[allow(clippy::too_many_arguments)]
+        fn fast_rope(
+            x: &Array,
+            dims: i32,
+            traditional: bool,
+            base: f32,
+            scale: f32,
+            offset: i32,
+            freqs: UniquePtr<Array>,
+            path: u8,
+        ) -> Result<UniquePtr<Array>>;
+        fn fast_sdpa(
+            q: &Array,
+            k: &Array,
+            v: &Array,
+            scale: f32,
+            mask_mode: &str,
+            mask: UniquePtr<Array>,
+            path: u8,
+        ) -> Result<UniquePtr<Array>>;
+        fn fast_merge_heads(x: &Array, path: u8) -> Result<UniquePtr<Array>>;
+        fn fast_gated_activation(kind: u8, a: &Array, b: &Array, path: u8) -> Result<UniquePtr<Array>>;
+        fn kernels_threads() -> i32;
+        fn kernels_default_threads() -> i32;
+        fn kernels_set_threads(n: i32);
+        fn kernels_isa() -> u8;
+        fn kernels_isa_supported(isa: u8) -> bool;
+        fn kernels_set_isa(isa: u8) -> bool;
+        fn kernels_read_bandwidth(bytes: usize, reps: i32) -> f64;
+        fn pending_ops(list: &ArrayList) -> Vec<String>;
+        fn kernels_bench_qmm(x: &Array, weights: &ArrayList, group_size: i32, bits: i32, reps: i32) -> Result<f64>;
+
         fn random_key(seed: u64) -> Result<UniquePtr<Array>>;
         fn random_split(key: &Array, num: i32) -> Result<UniquePtr<Array>>;
         fn random_uniform(low: f32, high: f32, shape: &[i32], dtype: u8, key: &Array) -> Result<UniquePtr<Array>>;

@@ -19,6 +19,7 @@ mod array;
 pub mod device;
 mod dtype;
 mod error;
+pub mod fast;
 mod ffi;
 pub mod memory;
 mod ops;

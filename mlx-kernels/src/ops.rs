@@ -508,6 +508,17 @@ pub enum AttentionMask<'a> {
     Array(&'a Array),
 }
 
+impl AttentionMask<'_> {
+    /// MLX's mask mode and the mask array, as the bridge takes them.
+    pub(crate) fn mode_and_array(&self) -> (&'static str, Option<&Array>) {
+        match *self {
+            AttentionMask::None => ("", None),
+            AttentionMask::Causal => ("causal", None),
+            AttentionMask::Array(a) => ("array", Some(a)),
+        }
+    }
+}
+
 /// Scaled dot-product attention `softmax(q kᵀ * scale + mask) v` with
 /// `q: [batch, heads, queries, dim]` and `k, v: [batch, kv_heads, keys, dim]`;
 /// `heads` must be a multiple of `kv_heads` (grouped-query attention).
@@ -518,11 +529,7 @@ pub fn scaled_dot_product_attention(
     scale: f32,
     mask: AttentionMask<'_>,
 ) -> Result<Array> {
-    let (mode, arr) = match mask {
-        AttentionMask::None => ("", None),
-        AttentionMask::Causal => ("causal", None),
-        AttentionMask::Array(a) => ("array", Some(a)),
-    };
+    let (mode, arr) = mask.mode_and_array();
     wrap(
         "scaled_dot_product_attention",
         bridge::scaled_dot_product_attention(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), UniquePtr::null()),

@@ -81,12 +81,15 @@ impl MlxBackend {
     fn step(&mut self, seq: SeqId, tokens: &[u32], want_logits: bool) -> Result<Option<Logits>> {
         let input = Array::from_slice(tokens, &[1, tokens.len() as i32])?;
         let caches = self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))?;
-        let logits = self.model.forward(&input, caches)?;
+        let hidden = self.model.hidden_states(&input, caches)?;
         let mut outputs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
         let last = if want_logits {
-            let s = logits.shape();
-            let row = logits.slice(&[0, s[1] - 1, 0], &[1, s[1], s[2]], &[1, 1, 1])?.reshape(&[s[2]])?;
-            Some(if row.dtype() == Dtype::F32 { row } else { row.astype(Dtype::F32)? })
+            // Only the last position's logits are needed: project that row alone.
+            let s = hidden.shape();
+            let row = hidden.slice(&[0, s[1] - 1, 0], &[1, s[1], s[2]], &[1, 1, 1])?;
+            let logits = self.model.logits(&row)?;
+            let logits = logits.reshape(&[logits.size() as i32])?;
+            Some(if logits.dtype() == Dtype::F32 { logits } else { logits.astype(Dtype::F32)? })
         } else {
             None
         };

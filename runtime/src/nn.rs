@@ -1,8 +1,11 @@
 //! The layers transformer architectures are built from: linear projections
 //! (dense or quantized), embeddings, RMS norms and rotary position embeddings.
-//! They compute exactly what mlx-lm's layers compute, op for op, so that a
-//! bundle and mlx-lm agree token for token on the same weights.
+//! They compute what mlx-lm's layers compute, so that a bundle and mlx-lm
+//! agree token for token on the same weights. The fused operations come from
+//! `mlxcel_mlx::fast`, which runs mlxcel's CPU kernels where they apply and
+//! MLX's own ops elsewhere (the GPU, other dtypes).
 
+use mlxcel_mlx::fast::{self, GateActivation};
 use mlxcel_mlx::{Array, Quantized};
 
 use crate::error::{Error, Result};
@@ -32,13 +35,37 @@ impl Linear {
             Linear::Dense { weight, bias: None } => Ok(x.matmul(&weight.transpose(&[])?)?),
             Linear::Dense { weight, bias: Some(b) } => Ok(Array::addmm(b, x, &weight.transpose(&[])?, 1.0, 1.0)?),
             Linear::Quantized { weight, bias } => {
-                let y = weight.matmul(x, true)?;
+                let y = fast::quantized_linear(x, weight)?;
                 Ok(match bias {
                     Some(b) => y.add(b)?,
                     None => y,
                 })
             }
         }
+    }
+
+    /// Several projections of the same `x [batch, seq, in]`, each split into
+    /// heads: `(linear, heads)` gives `[batch, heads, seq, out / heads]`.
+    /// Quantized projections without biases run as one fused operation.
+    pub fn forward_heads(x: &Array, projections: &[(&Linear, i32)]) -> Result<Vec<Array>> {
+        let quantized: Option<Vec<(&Quantized, i32)>> = projections
+            .iter()
+            .map(|&(linear, heads)| match linear {
+                Linear::Quantized { weight, bias: None } => Some((weight, heads)),
+                _ => None,
+            })
+            .collect();
+        if let Some(ws) = quantized {
+            return Ok(fast::quantized_linear_heads(x, &ws)?);
+        }
+        let s = x.shape();
+        projections
+            .iter()
+            .map(|&(linear, heads)| {
+                let y = linear.forward(x)?;
+                Ok(y.reshape(&[s[0], s[1], heads, linear.out_features() / heads])?.transpose(&[0, 2, 1, 3])?)
+            })
+            .collect()
     }
 
     /// The number of outputs.
@@ -64,15 +91,7 @@ impl Embedding {
     pub fn forward(&self, ids: &Array) -> Result<Array> {
         match self {
             Embedding::Dense(table) => Ok(table.take(ids, 0)?),
-            Embedding::Quantized(q) => {
-                let rows = Quantized {
-                    weight: q.weight.take(ids, 0)?,
-                    scales: q.scales.take(ids, 0)?,
-                    biases: q.biases.as_ref().map(|b| b.take(ids, 0)).transpose()?,
-                    ..q.clone()
-                };
-                Ok(rows.dequantize(None)?)
-            }
+            Embedding::Quantized(q) => Ok(fast::quantized_embedding(ids, q)?),
         }
     }
 
@@ -80,7 +99,7 @@ impl Embedding {
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
         match self {
             Embedding::Dense(table) => Ok(x.matmul(&table.transpose(&[])?)?),
-            Embedding::Quantized(q) => Ok(q.matmul(x, true)?),
+            Embedding::Quantized(q) => Ok(fast::quantized_linear(x, q)?),
         }
     }
 }
@@ -96,7 +115,7 @@ pub struct RmsNorm {
 impl RmsNorm {
     /// `x / sqrt(mean(x²) + eps) * weight`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        Ok(x.rms_norm(Some(&self.weight), self.eps)?)
+        Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
 }
 
@@ -151,9 +170,11 @@ impl Rope {
         let offset = offset as i32;
         Ok(match &self.frequencies {
             RopeFrequencies::Base { base, scale } => {
-                x.rope(self.dims, self.traditional, *base, *scale, offset, None)?
+                fast::rope(&x, self.dims, self.traditional, *base, *scale, offset, None)?
             }
-            RopeFrequencies::Explicit(freqs) => x.rope(self.dims, self.traditional, 0.0, 1.0, offset, Some(freqs))?,
+            RopeFrequencies::Explicit(freqs) => {
+                fast::rope(&x, self.dims, self.traditional, 0.0, 1.0, offset, Some(freqs))?
+            }
         })
     }
 }
@@ -214,11 +235,32 @@ impl Activation {
             Activation::GeluApprox => x.gelu_approx()?,
         })
     }
+
+    /// `act(gate) * up` in one fused operation.
+    pub fn gate(self, gate: &Array, up: &Array) -> Result<Array> {
+        let act = match self {
+            Activation::Silu => GateActivation::Silu,
+            Activation::GeluApprox => GateActivation::GeluApprox,
+        };
+        Ok(fast::gated_activation(act, gate, up)?)
+    }
 }
 
 impl GatedMlp {
     /// `down(act(gate(x)) * up(x))`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        if let GateUp::Separate {
+            gate: Linear::Quantized { weight: gate, bias: None },
+            up: Linear::Quantized { weight: up, bias: None },
+        } = &self.gate_up
+        {
+            // Gate, up and the activation as one fused operation.
+            let act = match self.activation {
+                Activation::Silu => GateActivation::Silu,
+                Activation::GeluApprox => GateActivation::GeluApprox,
+            };
+            return self.down.forward(&fast::quantized_gated_linear(x, gate, up, act)?);
+        }
         let (gate, up) = match &self.gate_up {
             GateUp::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
             GateUp::Fused(gate_up) => {
@@ -229,6 +271,6 @@ impl GatedMlp {
                 }
             }
         };
-        self.down.forward(&self.activation.apply(&gate)?.multiply(&up)?)
+        self.down.forward(&self.activation.gate(&gate, &up)?)
     }
 }

@@ -3,6 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use mlxcel_mlx::{Array, Dtype, QuantMode};
+use mlxcel_runtime::weights::{QuantSpec, Weights};
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -209,4 +212,40 @@ pub fn export_mlx_lm_dir(bundle: &Path, out: &Path) {
 /// The `mlxcel-compile` binary built for this test run.
 pub fn mlxcel_compile_bin() -> PathBuf {
     mlxcel_bin().with_file_name("mlxcel-compile")
+}
+
+/// Loads a model directory in mlx-lm's layout (`model.safetensors` and the
+/// `quantization` entry of `config.json`) into runtime weights (f32 compute).
+pub fn load_mlx_lm_weights(dir: &Path, config: &serde_json::Value) -> Weights {
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut w = Weights::new(Dtype::F32);
+    let mut prefixes = Vec::new();
+    for (name, view) in st.tensors() {
+        let dtype = match view.dtype() {
+            safetensors::Dtype::F32 => Dtype::F32,
+            safetensors::Dtype::F16 => Dtype::F16,
+            safetensors::Dtype::BF16 => Dtype::BF16,
+            safetensors::Dtype::U32 => Dtype::U32,
+            other => panic!("{name}: unexpected dtype {other:?}"),
+        };
+        let shape: Vec<i32> = view.shape().iter().map(|&d| d as i32).collect();
+        w.insert(name.clone(), Array::from_bytes(view.data(), &shape, dtype).unwrap());
+        if let Some(prefix) = name.strip_suffix(".scales") {
+            prefixes.push(prefix.to_string());
+        }
+    }
+    let q = &config["quantization"];
+    for prefix in prefixes {
+        let spec = q.get(&prefix).filter(|v| v.is_object()).unwrap_or(q);
+        w.mark_quantized(
+            prefix,
+            QuantSpec {
+                group_size: spec["group_size"].as_i64().unwrap() as i32,
+                bits: spec["bits"].as_i64().unwrap() as i32,
+                mode: QuantMode::Affine,
+            },
+        );
+    }
+    w
 }

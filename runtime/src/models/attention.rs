@@ -2,7 +2,8 @@
 //! Llama family, Qwen, Gemma 3 and Phi-3 use it (they differ in how q, k and v
 //! are projected and whether queries and keys are normalised per head).
 
-use mlxcel_mlx::{Array, scaled_dot_product_attention};
+use mlxcel_mlx::Array;
+use mlxcel_mlx::fast::{merge_heads, scaled_dot_product_attention};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -50,39 +51,51 @@ impl Attention {
     /// `x: [batch, seq, hidden]` → `[batch, seq, hidden]`, appending this step's
     /// keys and values to `cache`.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let shape = x.shape();
-        let (b, l) = (shape[0], shape[1]);
-        let (q, k, v) = match &self.qkv {
-            QkvProjection::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
-            QkvProjection::Fused(qkv) => {
-                let q_end = self.heads * self.head_dim;
-                let k_end = q_end + self.kv_heads * self.head_dim;
-                let mut parts = qkv.forward(x)?.split_at(&[q_end, k_end], -1)?.into_iter();
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some(q), Some(k), Some(v)) => (q, k, v),
-                    _ => unreachable!("split_at with two indices gives three parts"),
-                }
+        // [b, l, hidden] -> q [b, heads, l, d], k and v [b, kv_heads, l, d],
+        // queries and keys normalised per head.
+        let (q, k, v) = self.project_heads(x)?;
+        let per_head = |t: Array, norm: &Option<RmsNorm>| -> Result<Array> {
+            match norm {
+                Some(norm) => norm.forward(&t),
+                None => Ok(t),
             }
         };
-        // [b, l, heads * d] -> [b, l, heads, d] (normalised per head) -> [b, heads, l, d]
-        let heads = |t: Array, n: i32, norm: &Option<RmsNorm>| -> Result<Array> {
-            let t = t.reshape(&[b, l, n, self.head_dim])?;
-            let t = match norm {
-                Some(norm) => norm.forward(&t)?,
-                None => t,
-            };
-            Ok(t.transpose(&[0, 2, 1, 3])?)
-        };
-        let q = heads(q, self.heads, &self.q_norm)?;
-        let k = heads(k, self.kv_heads, &self.k_norm)?;
-        let v = heads(v, self.kv_heads, &None)?;
+        let q = per_head(q, &self.q_norm)?;
+        let k = per_head(k, &self.k_norm)?;
         let offset = cache.offset();
         let q = self.rope.forward(&q, offset)?;
         let k = self.rope.forward(&k, offset)?;
         let step = cache.update(&k, &v)?;
         let out =
             scaled_dot_product_attention(&q, &step.keys, &step.values, self.scale, step.mask.as_attention_mask())?;
-        let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
+        // [b, heads, l, d] -> [b, l, heads * d]
+        let out = merge_heads(&out)?;
         self.o.forward(&out)
+    }
+
+    /// The q, k and v heads of `x [b, l, hidden]`, each `[b, heads, l, head_dim]`.
+    fn project_heads(&self, x: &Array) -> Result<(Array, Array, Array)> {
+        let parts = match &self.qkv {
+            QkvProjection::Separate { q, k, v } => {
+                Linear::forward_heads(x, &[(q, self.heads), (k, self.kv_heads), (v, self.kv_heads)])?
+            }
+            QkvProjection::Fused(qkv) => {
+                let shape = x.shape();
+                let (b, l) = (shape[0], shape[1]);
+                let q_end = self.heads * self.head_dim;
+                let k_end = q_end + self.kv_heads * self.head_dim;
+                let parts = qkv.forward(x)?.split_at(&[q_end, k_end], -1)?;
+                parts
+                    .into_iter()
+                    .zip([self.heads, self.kv_heads, self.kv_heads])
+                    .map(|(t, n)| Ok(t.reshape(&[b, l, n, self.head_dim])?.transpose(&[0, 2, 1, 3])?))
+                    .collect::<Result<Vec<_>>>()?
+            }
+        };
+        let mut parts = parts.into_iter();
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(q), Some(k), Some(v)) => Ok((q, k, v)),
+            _ => unreachable!("three projections give three parts"),
+        }
     }
 }

@@ -149,12 +149,16 @@ impl DecoderStack {
 }
 
 impl LanguageModel for DecoderStack {
-    fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+    fn hidden_states(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
         let mut h = self.embed_tokens.forward(tokens)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             h = layer.forward(&h, cache)?;
         }
-        let h = self.norm.forward(&h)?;
+        Ok(h)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        let h = self.norm.forward(hidden)?;
         match &self.lm_head {
             Some(head) => head.forward(&h),
             None => self.embed_tokens.as_linear(&h),

@@ -20,9 +20,19 @@ use crate::weights::Weights;
 
 /// A decoder-only language model on MLX.
 pub trait LanguageModel {
-    /// Logits `[batch, seq, vocab]` for `tokens: [batch, seq]` (u32), appending
-    /// the step's keys and values to `caches` (one per layer).
-    fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array>;
+    /// The hidden states `[batch, seq, hidden]` after the last layer for
+    /// `tokens: [batch, seq]` (u32), appending the step's keys and values to
+    /// `caches` (one per layer).
+    fn hidden_states(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array>;
+    /// Logits `[.., vocab]` of hidden states: the final norm and the output
+    /// projection, position by position (so a caller that needs only the last
+    /// position's logits projects only that one).
+    fn logits(&self, hidden: &Array) -> Result<Array>;
+    /// Logits `[batch, seq, vocab]` for every position of `tokens`.
+    fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        let hidden = self.hidden_states(tokens, caches)?;
+        self.logits(&hidden)
+    }
     /// Fresh caches, one per layer; `max_kv` caps global layers to a window.
     fn new_caches(&self, max_kv: Option<usize>) -> Vec<KvCache>;
     /// Vocabulary size (the logits' last axis).

@@ -1,0 +1,107 @@
+// Run-time ISA selection: cpuid (through GCC's __builtin_cpu_supports, which
+// also checks that the OS saves the vector registers) picks the best table;
+// MLXCEL_ISA=scalar|avx2|avx512 or set_isa() choose a lower one (tests run
+// every ISA the machine has this way).
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "mlxcel-mlx/cpp/kernels/kernels.h"
+
+namespace mlxcel::kern {
+namespace {
+
+const Table& table_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return table_avx512();
+    case Isa::Avx2: return table_avx2();
+    default: return table_scalar();
+  }
+}
+
+const Table* initial_table() {
+  Isa isa = best_isa();
+  if (const char* v = std::getenv("MLXCEL_ISA")) {
+    Isa want = isa;
+    if (std::strcmp(v, "scalar") == 0) want = Isa::Scalar;
+    if (std::strcmp(v, "avx2") == 0) want = Isa::Avx2;
+    if (std::strcmp(v, "avx512") == 0) want = Isa::Avx512;
+    if (isa_supported(want)) isa = want;
+  }
+  return &table_for(isa);
+}
+
+std::atomic<const Table*>& current() {
+  static std::atomic<const Table*> t{initial_table()};
+  return t;
+}
+
+}  // namespace
+
+bool isa_supported(Isa isa) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::Avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("fma");
+  }
+  return false;
+#else
+  return isa == Isa::Scalar;
+#endif
+}
+
+Isa best_isa() {
+  if (isa_supported(Isa::Avx512)) return Isa::Avx512;
+  if (isa_supported(Isa::Avx2)) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+const Table& table() { return *current().load(std::memory_order_acquire); }
+
+bool set_isa(Isa isa) {
+  if (!isa_supported(isa)) return false;
+  current().store(&table_for(isa), std::memory_order_release);
+  return true;
+}
+
+}  // namespace mlxcel::kern
+
+// ---- Read bandwidth probe (for the decode roofline in docs/benchmarks.md) ----
+
+#include <chrono>
+#include <vector>
+
+namespace mlxcel::kern {
+
+double read_bandwidth_gbs(size_t bytes, int reps) {
+  const int threads = pool_threads();
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) / (64 * threads) * (64 * threads);
+  if (n <= 0 || reps <= 0) return 0.0;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * sizeof(float)));
+  if (!buf) return 0.0;
+  const int64_t chunk = n / threads;
+  // First touch by the threads that read (pages land near them).
+  parallel_for(threads, [&](int t) {
+    for (int64_t i = t * chunk; i < (t + 1) * chunk; ++i) buf[i] = 1.0f;
+  });
+  std::vector<float> sums(threads);
+  double best = 0.0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    parallel_for(threads, [&](int t) { sums[t] = table().read_sum(buf + t * chunk, chunk); });
+    auto dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double gbs = static_cast<double>(n) * sizeof(float) / dt / 1e9;
+    if (gbs > best) best = gbs;
+  }
+  volatile float sink = 0.0f;
+  for (float s : sums) sink = sink + s;
+  std::free(buf);
+  return best;
+}
+
+}  // namespace mlxcel::kern

@@ -1,0 +1,201 @@
+// mlxcel's CPU kernels: the plain-pointer interface between the MLX
+// primitives (primitives.cc) and the per-ISA implementations (isa_*.cc).
+//
+// Every kernel reads f32 activations and accumulates in f32. Each ISA file
+// compiles the same generic code (impl.h) against its own SIMD layer under a
+// `#pragma GCC target`, so one binary carries scalar, AVX2+FMA and AVX-512
+// versions and `table()` picks one at run time from cpuid.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace mlxcel::kern {
+
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+/// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
+/// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
+enum ScaleType : int { kScaleF32 = 0, kScaleF16 = 1, kScaleBF16 = 2 };
+
+/// IEEE half to float (exact; subnormals, infinities and NaN included).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: normalise.
+    exp = 113;
+    while (!(man & 0x400)) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+/// Element `i` of a scale or bias array of `type`.
+inline float scale_at(const void* p, int64_t i, int type) {
+  switch (type) {
+    case kScaleF16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case kScaleBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+/// `out[M, N] = x[M, K] · Wᵀ` for an affine-quantized `W [N, K]` in MLX's
+/// layout: row n is one little-endian bit stream of `bits`-bit codes (u32
+/// words), `w[n, k] = scales[n, k / gs] * code + biases[n, k / gs]`.
+struct QmmArgs {
+  const float* x;
+  int64_t ldx;  // floats between rows of x
+  const uint32_t* w;
+  const void* scales;  // [N, K / gs] of `scale_type`
+  const void* biases;
+  float* out;
+  int64_t ldo;
+  int M, N, K, group_size, bits;
+  int scale_type;  // ScaleType of scales and biases
+};
+
+/// Rotary embedding of `x [A, B, L, D]` (element strides sa, sb, sl; the last
+/// axis is contiguous) into a contiguous `out` of the same shape, with the
+/// cos/sin table `[L, dims/2]` of the positions.
+struct RopeArgs {
+  const float* x;
+  int64_t sa, sb, sl;
+  float* out;
+  int A, B, L, D, dims;
+  bool traditional;
+  const float* cos;
+  const float* sin;
+};
+
+/// `out = softmax(scale · q kᵀ + mask) v`, q `[B, H, Lq, D]`, k `[B, KVH, Lk, D]`,
+/// v `[B, KVH, Lk, Dv]` (any strides, last axis contiguous); row (b, h, i) of
+/// the output goes to `out + b·os[0] + h·os[1] + i·os[2]`. Masked-out scores
+/// become the lowest f32 (as MLX does).
+struct AttnArgs {
+  const float* q;
+  int64_t qs[4];
+  const float* k;
+  int64_t ks[4];
+  const float* v;
+  int64_t vs[4];
+  float* out;
+  int64_t os[3];
+  int B, H, KVH, Lq, Lk, D, Dv;
+  float scale;
+  bool causal;
+  int mask_kind;  // 0 none, 1 boolean (uint8, nonzero = attend), 2 additive f32
+  const void* mask;
+  int64_t ms[4];  // element strides of the mask broadcast to [B, H, Lq, Lk]
+};
+
+/// `out[r, c] = act(a[r, c]) * b[r, c]`.
+struct GateArgs {
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* out;
+  int rows, cols;
+  int kind;  // 0 silu, 1 gelu (tanh approximation)
+};
+
+/// Dequantizes the rows `ids` of an affine-quantized `W [N, K]` into `out [n_ids, K]`.
+struct GatherArgs {
+  const uint32_t* w;
+  const void* scales;
+  const void* biases;
+  const int64_t* ids;  // already checked to lie in [0, N)
+  float* out;
+  int n_ids, K, group_size, bits;
+  int scale_type;
+};
+
+/// One ISA's kernels. All of them run on the calling thread plus the pool.
+struct Table {
+  Isa isa;
+  const char* name;
+  void (*qmm)(const QmmArgs&);
+  /// Up to 8 products sharing x (same M, K, bits, group size), in one pass.
+  void (*qmm_multi)(const QmmArgs* args, int count);
+  void (*rms_norm)(const float* x, int64_t ldx, const float* w, float* out, int rows, int dim, float eps);
+  void (*rope)(const RopeArgs&);
+  void (*attention)(const AttnArgs&);
+  void (*gate)(const GateArgs&);
+  void (*gather)(const GatherArgs&);
+  float (*read_sum)(const float* x, int64_t n);
+};
+
+const Table& table_scalar();
+const Table& table_avx2();
+const Table& table_avx512();
+
+/// The kernels in use (the best the CPU supports unless set otherwise).
+const Table& table();
+/// Whether this CPU (and OS) can run `isa`'s kernels.
+bool isa_supported(Isa isa);
+/// Uses `isa`'s kernels from now on; false (and no change) when unsupported.
+bool set_isa(Isa isa);
+/// The best ISA of this CPU.
+Isa best_isa();
+
+/// Best-of-`reps` read bandwidth (GB/s) of summing a `bytes` buffer on the pool's threads.
+double read_bandwidth_gbs(size_t bytes, int reps);
+
+// ---- Thread pool (pool.cc) ----
+
+/// Threads a kernel uses (the calling thread included).
+int pool_threads();
+/// Sets the thread count; n <= 0 restores the default (MLXCEL_THREADS, else
+/// the number of physical cores this process may run on).
+void set_pool_threads(int n);
+/// The default thread count.
+int default_threads();
+/// Runs `fn(ctx, t)` for every t in [0, n_tasks) on the pool, the calling
+/// thread included; returns when all are done. Tasks are claimed dynamically.
+void parallel_for_raw(int n_tasks, void (*fn)(void*, int), void* ctx);
+
+template <class F>
+inline void parallel_for(int n_tasks, F&& f) {
+  if (n_tasks <= 0) return;
+  if (n_tasks == 1) {
+    f(0);
+    return;
+  }
+  parallel_for_raw(n_tasks, [](void* c, int t) { (*static_cast<typename std::remove_reference<F>::type*>(c))(t); },
+                   const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+/// A per-thread, 64-byte aligned scratch buffer of at least `n` floats; `slot`
+/// tells independent buffers of one thread apart. Valid until the same thread
+/// asks for the same slot again.
+float* scratch(int slot, size_t n);
+
+enum ScratchSlot : int {
+  kScratchX = 0,
+  kScratchPanel = 1,
+  kScratchAttn = 2,
+  kScratchScales = 3,
+  kScratchShared = 4,
+};
+
+}  // namespace mlxcel::kern

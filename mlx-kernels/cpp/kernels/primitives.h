@@ -1,0 +1,67 @@
+// mlxcel's kernels as MLX operations. Each function builds one graph node
+// running our primitive when the default stream is the CPU and the inputs are
+// supported, and MLX's own operation otherwise (`Path::Auto`); `Path::Kernel`
+// insists on ours (an unsupported input is an exception naming why) and
+// `Path::Mlx` always takes MLX's (for comparisons and benchmarks).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlx/array.h"
+
+namespace mlxcel::fast {
+
+namespace mx = mlx::core;
+
+enum class Path : uint8_t { Auto = 0, Kernel = 1, Mlx = 2 };
+
+/// `x @ Wᵀ` for affine-quantized W (MLX layout).
+mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const std::optional<mx::array>& biases, int group_size, int bits, Path path);
+
+/// One affine-quantized weight: packed codes, scales and biases.
+struct QuantizedWeight {
+  mx::array w;
+  mx::array scales;
+  std::optional<mx::array> biases;
+};
+
+/// `x @ W_iᵀ` for each weight in one node (one pass over x, one dispatch).
+/// heads[i] > 0 returns output i split into heads, `[B, heads, L, N_i/heads]`
+/// for x `[B, L, K]`; 0 returns it as `[.., N_i]`.
+std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vector<QuantizedWeight>& ws,
+                                              const std::vector<int>& heads, int group_size, int bits, Path path);
+
+/// `act(x @ Gᵀ) * (x @ Uᵀ)` in one node (kind 0 silu, 1 gelu_tanh).
+mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
+                                 int group_size, int bits, Path path);
+
+/// Rows `ids` of affine-quantized W, dequantized: `[..ids, K]`.
+mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
+                           const std::optional<mx::array>& biases, int group_size, int bits, Path path);
+
+mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path);
+
+mx::array rope(const mx::array& x, int dims, bool traditional, float base, float scale, int offset,
+               const std::optional<mx::array>& freqs, Path path);
+
+/// mask_mode: "" (none), "causal" or "array" (bool: true attends; float: added).
+mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, const std::string& mask_mode,
+               const std::optional<mx::array>& mask, Path path);
+
+/// `[B, H, L, D]` attention output as `[B, L, H * D]` for the output
+/// projection: free (the attention node writes that layout) when `x` is our
+/// attention node not yet computed, MLX's transpose and reshape otherwise.
+mx::array merge_heads(const mx::array& x, Path path);
+
+/// kind 0: silu(a) * b; kind 1: gelu_tanh(a) * b.
+mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Path path);
+
+/// Names of the operations that evaluating `outputs` would run, one per node
+/// not yet computed (what a step costs in MLX dispatches).
+std::vector<std::string> pending_ops(const std::vector<mx::array>& outputs);
+
+}  // namespace mlxcel::fast

@@ -1,0 +1,531 @@
+//! mlxcel's own CPU kernels, as MLX operations that fall back to MLX's.
+//!
+//! MLX's CPU backend runs quantized matmul scalar and single-threaded and
+//! builds RMS norm, RoPE and attention out of many small ops. The functions
+//! here add one node to the graph that runs mlxcel's kernel (SIMD for the
+//! CPU's best ISA, on a thread pool) when the default device is the CPU and the
+//! inputs are ones the kernel covers, and MLX's own operation otherwise (the
+//! GPU, other dtypes, other quantization modes). Results agree with MLX's ops
+//! to f32 rounding: activations are never quantized or rounded to a lower
+//! precision, and accumulation is in f32.
+//!
+//! What the kernels cover (everything else takes MLX's op):
+//!
+//! | operation | inputs |
+//! |---|---|
+//! | [`quantized_linear`] | f32 `x [.., K]`; affine 4- or 8-bit weights, group 32/64/128, f32 scales and biases |
+//! | [`quantized_linear_many`], [`quantized_linear_heads`] | the same, up to 8 weights sharing x in one node (q/k/v) |
+//! | [`quantized_gated_linear`] | the same, `act(x Gᵀ) * (x Uᵀ)` in one node (a gated MLP's gate and up) |
+//! | [`quantized_embedding`] | integer ids; the same weights |
+//! | [`rms_norm`] | f32, optional f32 weight |
+//! | [`rope`] | f32 `[.., L, D]`, even `dims ≤ D`, a base or explicit wavelengths, offset ≥ 0 |
+//! | [`scaled_dot_product_attention`] | f32 `[B, H, L, D]`, grouped-query heads, causal, boolean or f32 additive masks |
+//! | [`gated_activation`] | f32 `silu(a) * b` and `gelu_tanh(a) * b`, equal shapes |
+//!
+//! Graphs built from these functions are also fused where our own nodes meet:
+//! a projection of an RMS norm's output normalises its input itself (the norm
+//! node is never computed), attention over the first positions of a cache
+//! buffer reads the buffer (no slice node), and [`merge_heads`] of an
+//! attention node makes it write the merged layout. Results are those of the
+//! unfused nodes, bit for bit.
+//!
+//! `MLXCEL_KERNELS=mlx` (or [`set_default_path`]) turns them off for A/B
+//! comparisons; `MLXCEL_THREADS` sets the pool size (default: the physical
+//! cores the process may use) and `MLXCEL_ISA` (`scalar`, `avx2`, `avx512`) caps
+//! the instruction set.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cxx::UniquePtr;
+
+use crate::array::{Array, from_list, to_list, wrap};
+use crate::error::{Error, Result};
+use crate::ffi::bridge;
+use crate::ops::{AttentionMask, QuantMode, Quantized};
+
+/// Whose implementation an operation uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// mlxcel's kernel when it covers the inputs and the device, else MLX's op.
+    Auto,
+    /// mlxcel's kernel; inputs it does not cover are an error naming why.
+    Kernel,
+    /// MLX's own operation.
+    Mlx,
+}
+
+impl Path {
+    fn code(self) -> u8 {
+        match self {
+            Path::Auto => 0,
+            Path::Kernel => 1,
+            Path::Mlx => 2,
+        }
+    }
+}
+
+/// The environment variable that turns the kernels off (`mlx`) or on (`auto`, the default).
+pub const KERNELS_ENV: &str = "MLXCEL_KERNELS";
+
+// 0 unset, then Path::code() + 1.
+static DEFAULT_PATH: AtomicU8 = AtomicU8::new(0);
+
+/// The path the free functions of this module take: [`set_default_path`]'s,
+/// else `MLXCEL_KERNELS=mlx` → [`Path::Mlx`], else [`Path::Auto`].
+pub fn default_path() -> Path {
+    match DEFAULT_PATH.load(Ordering::Relaxed) {
+        1 => Path::Auto,
+        2 => Path::Kernel,
+        3 => Path::Mlx,
+        _ => {
+            let p = match std::env::var(KERNELS_ENV).as_deref().map(str::trim) {
+                Ok("mlx") | Ok("off") | Ok("0") => Path::Mlx,
+                _ => Path::Auto,
+            };
+            DEFAULT_PATH.store(p.code() + 1, Ordering::Relaxed);
+            p
+        }
+    }
+}
+
+/// Sets the path of the free functions, process-wide, for graphs built from now on.
+pub fn set_default_path(path: Path) {
+    DEFAULT_PATH.store(path.code() + 1, Ordering::Relaxed);
+}
+
+/// The operations of this module with an explicit [`Path`] (tests and
+/// benchmarks compare [`Path::Kernel`] with [`Path::Mlx`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Fast {
+    path: Path,
+}
+
+/// The operations of this module on `path`.
+pub fn on(path: Path) -> Fast {
+    Fast { path }
+}
+
+/// The activation of a gated MLP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GateActivation {
+    /// `silu(a) * b` (SwiGLU).
+    Silu,
+    /// `gelu_tanh(a) * b` (GeGLU; the tanh approximation of GELU).
+    GeluApprox,
+}
+
+fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
+    match a {
+        Some(a) => bridge::clone_array(&a.inner),
+        None => UniquePtr::null(),
+    }
+}
+
+impl Fast {
+    /// `x @ Wᵀ` for a quantized `W [out, in]` and `x [.., in]`.
+    pub fn quantized_linear(&self, x: &Array, w: &Quantized) -> Result<Array> {
+        if w.mode != QuantMode::Affine {
+            return match self.path {
+                Path::Kernel => Err(Error::invalid(
+                    "quantized_linear",
+                    format!("mlxcel's kernel covers affine quantization, not {}", w.mode.name()),
+                )),
+                _ => w.matmul(x, true),
+            };
+        }
+        wrap(
+            "quantized_linear",
+            bridge::fast_quantized_linear(
+                &x.inner,
+                &w.weight.inner,
+                &w.scales.inner,
+                opt(w.biases.as_ref()),
+                w.group_size,
+                w.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// `x @ W_iᵀ` for several weights in one node (q, k and v; gate and up):
+    /// x is read once and all rows share one dispatch.
+    pub fn quantized_linear_many(&self, x: &Array, ws: &[&Quantized]) -> Result<Vec<Array>> {
+        let with_heads: Vec<(&Quantized, i32)> = ws.iter().map(|&w| (w, 0)).collect();
+        self.quantized_linear_heads(x, &with_heads)
+    }
+
+    /// [`Fast::quantized_linear_many`] with outputs split into heads: for
+    /// `x [B, L, K]` and `(W_i, heads_i)` with `heads_i > 0`, output i is
+    /// `[B, heads_i, L, N_i / heads_i]` (attention's layout); with 0 it is
+    /// `[B, L, N_i]`.
+    pub fn quantized_linear_heads(&self, x: &Array, ws: &[(&Quantized, i32)]) -> Result<Vec<Array>> {
+        let first = ws.first().ok_or_else(|| Error::invalid("quantized_linear_heads", "no weights"))?.0;
+        let fusable = ws.len() <= 8
+            && ws.iter().all(|(w, _)| {
+                w.mode == QuantMode::Affine
+                    && w.biases.is_some()
+                    && w.bits == first.bits
+                    && w.group_size == first.group_size
+            });
+        if !fusable {
+            if self.path == Path::Kernel {
+                return Err(Error::invalid(
+                    "quantized_linear_heads",
+                    "mlxcel's kernel fuses at most 8 affine weights of one bit width and group size",
+                ));
+            }
+            return ws
+                .iter()
+                .map(|&(w, heads)| {
+                    let y = self.quantized_linear(x, w)?;
+                    if heads <= 0 {
+                        return Ok(y);
+                    }
+                    let s = x.shape();
+                    let n = w.weight.shape()[0];
+                    y.reshape(&[s[0], s[1], heads, n / heads])?.transpose(&[0, 2, 1, 3])
+                })
+                .collect();
+        }
+        let mut list = Vec::with_capacity(ws.len() * 3);
+        for (w, _) in ws {
+            list.extend([&w.weight, &w.scales, w.biases.as_ref().expect("checked above")]);
+        }
+        let heads: Vec<i32> = ws.iter().map(|&(_, h)| h).collect();
+        from_list(
+            "quantized_linear_heads",
+            bridge::fast_quantized_linear_multi(
+                &x.inner,
+                &to_list(&list),
+                &heads,
+                first.group_size,
+                first.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// `act(x @ Gᵀ) * (x @ Uᵀ)` in one node: a gated MLP's gate and up
+    /// projections with its activation.
+    pub fn quantized_gated_linear(
+        &self,
+        x: &Array,
+        gate: &Quantized,
+        up: &Quantized,
+        act: GateActivation,
+    ) -> Result<Array> {
+        let fusable = [gate, up].iter().all(|w| w.mode == QuantMode::Affine && w.biases.is_some())
+            && gate.bits == up.bits
+            && gate.group_size == up.group_size;
+        if !fusable {
+            if self.path == Path::Kernel {
+                return Err(Error::invalid(
+                    "quantized_gated_linear",
+                    "mlxcel's kernel fuses affine weights of one bit width and group size",
+                ));
+            }
+            let g = self.quantized_linear(x, gate)?;
+            let u = self.quantized_linear(x, up)?;
+            return self.gated_activation(act, &g, &u);
+        }
+        let kind = match act {
+            GateActivation::Silu => 0,
+            GateActivation::GeluApprox => 1,
+        };
+        let list = [
+            &gate.weight,
+            &gate.scales,
+            gate.biases.as_ref().expect("checked above"),
+            &up.weight,
+            &up.scales,
+            up.biases.as_ref().expect("checked above"),
+        ];
+        wrap(
+            "quantized_gated_linear",
+            bridge::fast_quantized_gated_linear(
+                kind,
+                &x.inner,
+                &to_list(&list),
+                gate.group_size,
+                gate.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// The rows `ids` (any shape of integer ids) of a quantized table,
+    /// dequantized: `[..ids, in]`.
+    pub fn quantized_embedding(&self, ids: &Array, w: &Quantized) -> Result<Array> {
+        if w.mode != QuantMode::Affine {
+            if self.path == Path::Kernel {
+                return Err(Error::invalid(
+                    "quantized_embedding",
+                    format!("mlxcel's kernel covers affine quantization, not {}", w.mode.name()),
+                ));
+            }
+            let rows = Quantized {
+                weight: w.weight.take(ids, 0)?,
+                scales: w.scales.take(ids, 0)?,
+                biases: w.biases.as_ref().map(|b| b.take(ids, 0)).transpose()?,
+                ..w.clone()
+            };
+            return rows.dequantize(None);
+        }
+        wrap(
+            "quantized_embedding",
+            bridge::fast_quantized_gather(
+                &ids.inner,
+                &w.weight.inner,
+                &w.scales.inner,
+                opt(w.biases.as_ref()),
+                w.group_size,
+                w.bits,
+                self.path.code(),
+            ),
+        )
+    }
+
+    /// RMS normalisation over the last axis: `x / sqrt(mean(x²) + eps) * weight`.
+    pub fn rms_norm(&self, x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
+        wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.code()))
+    }
+
+    /// Rotary position embedding of the first `dims` features of the last
+    /// axis for positions `offset..` along the second-to-last axis, as MLX's
+    /// `fast::rope`: with `freqs` (wavelengths, `dims / 2` of them) instead of
+    /// `base`, positions multiplied by `scale`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        x: &Array,
+        dims: i32,
+        traditional: bool,
+        base: f32,
+        scale: f32,
+        offset: i32,
+        freqs: Option<&Array>,
+    ) -> Result<Array> {
+        wrap("rope", bridge::fast_rope(&x.inner, dims, traditional, base, scale, offset, opt(freqs), self.path.code()))
+    }
+
+    /// `softmax(q kᵀ * scale + mask) v` with `q: [batch, heads, queries, dim]`
+    /// and `k, v: [batch, kv_heads, keys, dim]` (grouped-query heads).
+    pub fn scaled_dot_product_attention(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        scale: f32,
+        mask: AttentionMask<'_>,
+    ) -> Result<Array> {
+        let (mode, arr) = mask.mode_and_array();
+        wrap(
+            "scaled_dot_product_attention",
+            bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.code()),
+        )
+    }
+
+    /// `[B, H, L, D]` → `[B, L, H·D]`: attention's heads merged for the output
+    /// projection. Free when `x` is mlxcel's attention node not yet computed
+    /// (it then writes that layout itself); MLX's transpose and reshape otherwise.
+    pub fn merge_heads(&self, x: &Array) -> Result<Array> {
+        wrap("merge_heads", bridge::fast_merge_heads(&x.inner, self.path.code()))
+    }
+
+    /// `act(a) * b`, elementwise (the gate of a gated MLP).
+    pub fn gated_activation(&self, act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
+        let (kind, name) = match act {
+            GateActivation::Silu => (0, "silu_mul"),
+            GateActivation::GeluApprox => (1, "gelu_approx_mul"),
+        };
+        wrap(name, bridge::fast_gated_activation(kind, &a.inner, &b.inner, self.path.code()))
+    }
+}
+
+/// [`Fast::quantized_linear`] on the [`default_path`].
+pub fn quantized_linear(x: &Array, w: &Quantized) -> Result<Array> {
+    on(default_path()).quantized_linear(x, w)
+}
+
+/// [`Fast::quantized_linear_many`] on the [`default_path`].
+pub fn quantized_linear_many(x: &Array, ws: &[&Quantized]) -> Result<Vec<Array>> {
+    on(default_path()).quantized_linear_many(x, ws)
+}
+
+/// [`Fast::quantized_linear_heads`] on the [`default_path`].
+pub fn quantized_linear_heads(x: &Array, ws: &[(&Quantized, i32)]) -> Result<Vec<Array>> {
+    on(default_path()).quantized_linear_heads(x, ws)
+}
+
+/// [`Fast::quantized_gated_linear`] on the [`default_path`].
+pub fn quantized_gated_linear(x: &Array, gate: &Quantized, up: &Quantized, act: GateActivation) -> Result<Array> {
+    on(default_path()).quantized_gated_linear(x, gate, up, act)
+}
+
+/// [`Fast::quantized_embedding`] on the [`default_path`].
+pub fn quantized_embedding(ids: &Array, w: &Quantized) -> Result<Array> {
+    on(default_path()).quantized_embedding(ids, w)
+}
+
+/// [`Fast::rms_norm`] on the [`default_path`].
+pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
+    on(default_path()).rms_norm(x, weight, eps)
+}
+
+/// [`Fast::rope`] on the [`default_path`].
+pub fn rope(
+    x: &Array,
+    dims: i32,
+    traditional: bool,
+    base: f32,
+    scale: f32,
+    offset: i32,
+    freqs: Option<&Array>,
+) -> Result<Array> {
+    on(default_path()).rope(x, dims, traditional, base, scale, offset, freqs)
+}
+
+/// [`Fast::scaled_dot_product_attention`] on the [`default_path`].
+pub fn scaled_dot_product_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    mask: AttentionMask<'_>,
+) -> Result<Array> {
+    on(default_path()).scaled_dot_product_attention(q, k, v, scale, mask)
+}
+
+/// [`Fast::merge_heads`] on the [`default_path`].
+pub fn merge_heads(x: &Array) -> Result<Array> {
+    on(default_path()).merge_heads(x)
+}
+
+/// [`Fast::gated_activation`] on the [`default_path`].
+pub fn gated_activation(act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
+    on(default_path()).gated_activation(act, a, b)
+}
+
+/// `silu(a) * b` on the [`default_path`].
+pub fn silu_mul(a: &Array, b: &Array) -> Result<Array> {
+    gated_activation(GateActivation::Silu, a, b)
+}
+
+/// `gelu_tanh(a) * b` on the [`default_path`].
+pub fn gelu_approx_mul(a: &Array, b: &Array) -> Result<Array> {
+    gated_activation(GateActivation::GeluApprox, a, b)
+}
+
+/// Threads the kernels use (the stream thread included).
+pub fn threads() -> usize {
+    bridge::kernels_threads().max(1) as usize
+}
+
+/// The default thread count: `MLXCEL_THREADS`, else the physical cores this
+/// process may run on.
+pub fn default_threads() -> usize {
+    bridge::kernels_default_threads().max(1) as usize
+}
+
+/// Sets the kernels' thread count, process-wide (0 restores the default).
+/// Takes effect for the next kernel that runs.
+pub fn set_threads(n: usize) {
+    bridge::kernels_set_threads(i32::try_from(n).unwrap_or(i32::MAX));
+}
+
+/// The instruction sets the kernels are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable C++ (every CPU; arm64 runs this until it has a NEON layer).
+    Scalar,
+    /// x86-64 AVX2 with FMA (8 lanes).
+    Avx2,
+    /// x86-64 AVX-512 F/BW/DQ/VL (16 lanes).
+    Avx512,
+}
+
+impl Isa {
+    /// Every ISA, lowest first.
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    fn code(self) -> u8 {
+        match self {
+            Isa::Scalar => 0,
+            Isa::Avx2 => 1,
+            Isa::Avx512 => 2,
+        }
+    }
+
+    /// `scalar`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU (and OS) can run it.
+    pub fn is_supported(self) -> bool {
+        bridge::kernels_isa_supported(self.code())
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The ISA the kernels run with now.
+pub fn isa() -> Isa {
+    match bridge::kernels_isa() {
+        2 => Isa::Avx512,
+        1 => Isa::Avx2,
+        _ => Isa::Scalar,
+    }
+}
+
+/// Makes the kernels use `isa`, process-wide (tests run each ISA this way).
+pub fn set_isa(isa: Isa) -> Result<()> {
+    if bridge::kernels_set_isa(isa.code()) {
+        Ok(())
+    } else {
+        Err(Error::Device(format!("this CPU cannot run the {isa} kernels")))
+    }
+}
+
+/// The best read bandwidth (GB/s) of `reps` passes summing a buffer of
+/// `bytes` on the kernels' threads: the ceiling of a bandwidth-bound decode.
+pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
+    bridge::kernels_read_bandwidth(bytes, i32::try_from(reps).unwrap_or(i32::MAX))
+}
+
+/// The operations (MLX primitive names) that evaluating `outputs` would run
+/// now: one entry per graph node not yet computed.
+pub fn pending_ops(outputs: &[&Array]) -> Vec<String> {
+    bridge::pending_ops(&to_list(outputs))
+}
+
+/// Seconds per pass of the quantized-matmul kernel alone (no MLX graph or
+/// dispatch) over `ws` in sequence, best of `reps` passes; for
+/// micro-benchmarks. One weight measures a matrix in cache; distinct copies
+/// larger than the caches measure one streamed from memory. All weights must
+/// share x's width, bit width and group size.
+pub fn bench_quantized_linear(x: &Array, ws: &[&Quantized], reps: u32) -> Result<f64> {
+    let first = ws.first().ok_or_else(|| Error::invalid("bench_quantized_linear", "no weights"))?;
+    let mut list = Vec::with_capacity(ws.len() * 3);
+    for w in ws {
+        let b =
+            w.biases.as_ref().ok_or_else(|| Error::invalid("bench_quantized_linear", "affine weights need biases"))?;
+        list.extend([&w.weight, &w.scales, b]);
+    }
+    bridge::kernels_bench_qmm(
+        &x.inner,
+        &to_list(&list),
+        first.group_size,
+        first.bits,
+        i32::try_from(reps).unwrap_or(i32::MAX),
+    )
+    .map_err(|e| Error::mlx("bench_quantized_linear", e))
+}

@@ -1,0 +1,113 @@
+//! Decode and prefill speed of a model directory in mlx-lm's layout (config.json
+//! and model.safetensors), and the MLX operations one decode step runs.
+//!
+//! ```text
+//! cargo run --release -p mlxcel-tests --example decode_probe -- DIR [--tokens 64] [--prompt 512] [--reps 3]
+//! MLXCEL_KERNELS=mlx ...   # MLX's own ops instead of mlxcel's kernels
+//! MLXCEL_THREADS=1 ...     # kernel threads
+//! ```
+//!
+//! Prints load time, ops per decode step (and the most frequent ones),
+//! decode ms/token (best of `--reps` runs of `--tokens` tokens after a
+//! 16-token prompt) and prefill tok/s of a `--prompt`-token prompt (best of
+//! `--reps`; logits of the last position only, as generation needs).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use mlxcel_mlx::{Array, fast};
+use mlxcel_runtime::backend::{Backend, MlxBackend, MlxOptions};
+use mlxcel_runtime::kv_cache::KvCache;
+use mlxcel_runtime::models;
+use mlxcel_runtime::sampler::argmax;
+use mlxcel_tests::{load_mlx_lm_weights, read_json};
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = std::path::PathBuf::from(args.get(1).expect("usage: decode_probe DIR"));
+    let (tokens, prompt_len, reps) = (arg(&args, "--tokens", 64), arg(&args, "--prompt", 512), arg(&args, "--reps", 3));
+    let config = read_json(&dir.join("config.json"));
+    let arch = config["model_type"].as_str().unwrap_or("llama").to_string();
+    let t0 = Instant::now();
+    let w = load_mlx_lm_weights(&dir, &config);
+    let model = models::build(&arch, &config, &w).unwrap();
+    eprintln!(
+        "load {:?}; kernels: {:?}, ISA {}, {} thread(s)",
+        t0.elapsed(),
+        fast::default_path(),
+        fast::isa(),
+        fast::threads()
+    );
+
+    // The operations of one decode step (after a 16-token prompt).
+    let mut caches: Vec<KvCache> = model.new_caches(None);
+    let prompt: Vec<u32> = (0..16).collect();
+    let h = model.hidden_states(&Array::from_slice(&prompt, &[1, 16]).unwrap(), &mut caches).unwrap();
+    let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
+    outs.push(&h);
+    Array::eval_all(&outs).unwrap();
+    let h = model.hidden_states(&Array::from_slice(&[7u32], &[1, 1]).unwrap(), &mut caches).unwrap();
+    let logits = model.logits(&h).unwrap();
+    let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
+    outs.push(&logits);
+    let ops = fast::pending_ops(&outs);
+    let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
+    for op in &ops {
+        *hist.entry(op.as_str()).or_default() += 1;
+    }
+    let mut hist: Vec<(&str, usize)> = hist.into_iter().collect();
+    hist.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
+    let top: Vec<String> = hist.iter().take(12).map(|(n, c)| format!("{n} {c}")).collect();
+    eprintln!("ops/decode step: {} ({})", ops.len(), top.join(", "));
+    Array::eval_all(&outs).unwrap();
+    // Graph building vs evaluation, per decode step.
+    let (mut build, mut eval) = (0f64, 0f64);
+    let steps = 16;
+    for i in 0..steps {
+        let t = Instant::now();
+        let h = model.hidden_states(&Array::from_slice(&[i as u32 + 3], &[1, 1]).unwrap(), &mut caches).unwrap();
+        let logits = model.logits(&h).unwrap();
+        let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
+        outs.push(&logits);
+        let t1 = Instant::now();
+        Array::eval_all(&outs).unwrap();
+        logits.to_vec::<f32>().unwrap();
+        build += (t1 - t).as_secs_f64();
+        eval += t1.elapsed().as_secs_f64();
+    }
+    eprintln!(
+        "per decode step: building the graph {:.2} ms, evaluating it {:.2} ms",
+        build * 1e3 / steps as f64,
+        eval * 1e3 / steps as f64
+    );
+    drop(caches);
+
+    let mut b = MlxBackend::new(model, MlxOptions::default()).unwrap();
+    let mut best_decode = f64::INFINITY;
+    for _ in 0..reps {
+        let seq = b.new_sequence();
+        let mut logits = b.prefill(seq, &prompt, true).unwrap().unwrap();
+        let t = Instant::now();
+        for _ in 0..tokens {
+            let tok = argmax(&logits);
+            logits = b.decode(&[(seq, tok)]).unwrap().remove(0);
+        }
+        best_decode = best_decode.min(t.elapsed().as_secs_f64() * 1e3 / tokens as f64);
+        b.release_sequence(seq);
+    }
+    eprintln!("decode {best_decode:.2} ms/token ({:.1} tok/s), best of {reps}", 1e3 / best_decode);
+    let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| (i * 7919) % 1000).collect();
+    let mut best_prefill = 0f64;
+    for _ in 0..reps {
+        let seq = b.new_sequence();
+        let t = Instant::now();
+        b.prefill(seq, &prompt, true).unwrap();
+        best_prefill = best_prefill.max(prompt_len as f64 / t.elapsed().as_secs_f64());
+        b.release_sequence(seq);
+    }
+    eprintln!("prefill{prompt_len} {best_prefill:.1} tok/s, best of {reps}");
+}
