@@ -405,6 +405,10 @@ ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps,
   return wrap(fast::rms_norm(x.inner, opt(weight), eps, to_path(path)));
 }
 
+ArrayPtr fast_add(const Array& a, const Array& b, uint8_t path) {
+  return wrap(fast::add(a.inner, b.inner, to_path(path)));
+}
+
 ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset,
                    std::unique_ptr<Array> freqs, uint8_t path) {
   return wrap(fast::rope(x.inner, dims, traditional, base, scale, offset, opt(freqs), to_path(path)));

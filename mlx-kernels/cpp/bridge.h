@@ -106,6 +106,7 @@ ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& sc
 std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path);
+ArrayPtr fast_add(const Array& a, const Array& b, uint8_t path);
 ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs, uint8_t path);
 ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, uint8_t path);
 ArrayPtr fast_merge_heads(const Array& x, uint8_t path);

@@ -18,6 +18,7 @@
 //! | [`quantized_gated_linear`] | the same, `act(x Gᵀ) * (x Uᵀ)` in one node (a gated MLP's gate and up) |
 //! | [`quantized_embedding`] | integer ids; the same weights |
 //! | [`rms_norm`] | f32, optional f32 weight |
+//! | [`add`] | a residual added to a pending [`quantized_linear`] (fused into it); MLX's `add` otherwise |
 //! | [`rope`] | f32 `[.., L, D]`, even `dims ≤ D`, a base or explicit wavelengths, offset ≥ 0 |
 //! | [`scaled_dot_product_attention`] | f32 `[B, H, L, D]`, grouped-query heads, causal, boolean or f32 additive masks |
 //! | [`gated_activation`] | f32 `silu(a) * b` and `gelu_tanh(a) * b`, equal shapes |
@@ -290,6 +291,13 @@ impl Fast {
         wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.code()))
     }
 
+    /// `a + b` (broadcasting as MLX's `add`). A residual connection onto one
+    /// of our quantized products not yet computed (`h + o_proj(..)`) becomes
+    /// one node that adds as it writes; the result is bit-identical.
+    pub fn add(&self, a: &Array, b: &Array) -> Result<Array> {
+        wrap("add", bridge::fast_add(&a.inner, &b.inner, self.path.code()))
+    }
+
     /// Rotary position embedding of the first `dims` features of the last
     /// axis for positions `offset..` along the second-to-last axis, as MLX's
     /// `fast::rope`: with `freqs` (wavelengths, `dims / 2` of them) instead of
@@ -370,6 +378,11 @@ pub fn quantized_embedding(ids: &Array, w: &Quantized) -> Result<Array> {
 /// [`Fast::rms_norm`] on the [`default_path`].
 pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
     on(default_path()).rms_norm(x, weight, eps)
+}
+
+/// [`Fast::add`] on the [`default_path`].
+pub fn add(a: &Array, b: &Array) -> Result<Array> {
+    on(default_path()).add(a, b)
 }
 
 /// [`Fast::rope`] on the [`default_path`].

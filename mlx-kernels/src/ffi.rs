@@ -165,6 +165,7 @@ pub(crate) mod bridge {
             path: u8,
         ) -> Result<UniquePtr<Array>>;
         fn fast_rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32, path: u8) -> Result<UniquePtr<Array>>;
+        fn fast_add(a: &Array, b: &Array, path: u8) -> Result<UniquePtr<Array>>;
         #[allow(clippy::too_many_arguments)]
         fn fast_rope(
             x: &Array,

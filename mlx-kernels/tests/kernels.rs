@@ -104,7 +104,7 @@ fn quantized_linear_every_bits_group_and_shape() {
     // the matrix-vector path) and prefill rows (9, 29: the GEMM path, with a
     // partial row tile), K spanning one and several 256-wide panels.
     let mut cases = Vec::new();
-    for bits in [4, 8] {
+    for bits in [2, 3, 4, 5, 6, 8] {
         for group in [32, 64, 128] {
             let k = (group * 3) as usize;
             let n = 37 + rng.random_range(0..30usize);
@@ -205,7 +205,7 @@ fn quantized_linear_batched_and_strided_inputs() {
 fn fused_projections_into_heads() {
     init();
     let (mut rng, _) = rng("fused_projections_into_heads");
-    for (bits, group) in [(4, 32), (8, 64), (4, 128)] {
+    for (bits, group) in [(4, 32), (8, 64), (4, 128), (5, 32), (6, 64)] {
         let k = 256usize;
         let (heads, kv_heads, d) = (6i32, 2i32, 16i32);
         let wq = quantized(&mut rng, (heads * d) as usize, k, group, bits);
@@ -242,7 +242,7 @@ fn fused_projections_into_heads() {
 fn fused_gated_projection() {
     init();
     let (mut rng, _) = rng("fused_gated_projection");
-    for (bits, group) in [(4, 32), (8, 64), (4, 64)] {
+    for (bits, group) in [(4, 32), (8, 64), (4, 64), (3, 32), (5, 64)] {
         let (n, k) = (75usize, 320usize);
         let (wg, wu) = (quantized(&mut rng, n, k, group, bits), quantized(&mut rng, n, k, group, bits));
         for m in [1i32, 3, 17] {
@@ -300,6 +300,23 @@ fn graph_fusions_are_exact() {
         }
         let gated_unfused = kernel().quantized_gated_linear(&h, &wg, &wu, GateActivation::Silu).unwrap();
         assert_eq!(vals(&gated), vals(&gated_unfused), "norm absorbed into gate/up");
+        // A residual added to a pending product (either side), the product's
+        // own input normalised too: one node, the same bits as product + add.
+        for residual_first in [false, true] {
+            let wo = &wq;
+            let proj = kernel().quantized_linear(&kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap(), wo).unwrap();
+            let r = arr(&normal(&mut rng, (b * l * heads * hd) as usize), &[b, l, heads * hd]);
+            r.eval().unwrap();
+            let sum = if residual_first { kernel().add(&r, &proj).unwrap() } else { kernel().add(&proj, &r).unwrap() };
+            assert_eq!(fast::pending_ops(&[&sum]), vec!["MlxcelQuantizedLinearAdd".to_string()]);
+            let product = kernel().quantized_linear(&h, wo).unwrap();
+            let want = if residual_first { r.add(&product).unwrap() } else { product.add(&r).unwrap() };
+            assert_eq!(vals(&sum), vals(&want), "residual absorbed, {threads} thread(s)");
+        }
+        // Shapes that only broadcast stay MLX's add.
+        let row = arr(&normal(&mut rng, (heads * hd) as usize), &[heads * hd]);
+        let broadcast = kernel().add(&kernel().quantized_linear(&h, &wq).unwrap(), &row).unwrap();
+        assert!(fast::pending_ops(&[&broadcast]).iter().any(|o| o == "Add"));
         // Attention over a prefix of cache buffers, heads merged.
         let cap = 16;
         let kbuf = arr(&normal(&mut rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
@@ -330,7 +347,7 @@ fn graph_fusions_are_exact() {
 fn quantized_embedding_matches_mlx_dequantize() {
     init();
     let (mut rng, _) = rng("quantized_embedding_matches_mlx_dequantize");
-    for bits in [4, 8] {
+    for bits in [2, 3, 4, 5, 6, 8] {
         for group in [32, 64, 128] {
             let (vocab, dim) = (53usize, (group * 5) as usize);
             let q = quantized(&mut rng, vocab, dim, group, bits);
@@ -544,10 +561,10 @@ fn unsupported_inputs_are_errors_or_fall_back() {
     // Auto takes MLX's op for what the kernel does not cover.
     let y = fast::on(Path::Auto).quantized_linear(&x16, &q).unwrap();
     assert!(!fast::pending_ops(&[&y]).iter().any(|op| op.starts_with("Mlxcel")));
-    let q3 = arr(&normal(&mut rng, 16 * 64), &[16, 64]).quantize(32, 3, QuantMode::Affine).unwrap();
-    let err = kernel().quantized_linear(&x, &q3).unwrap_err().to_string();
-    assert!(err.contains("4- and 8-bit"), "{err}");
-    assert!(fast::on(Path::Auto).quantized_linear(&x, &q3).is_ok());
+    let fp4 = arr(&normal(&mut rng, 16 * 64), &[16, 64]).quantize(32, 4, QuantMode::Mxfp4).unwrap();
+    let err = kernel().quantized_linear(&x, &fp4).unwrap_err().to_string();
+    assert!(err.contains("covers affine quantization"), "{err}");
+    assert!(fast::on(Path::Auto).quantized_linear(&x, &fp4).is_ok());
     // Shape mismatches are errors on every path.
     let bad = arr(&normal(&mut rng, 96), &[1, 96]);
     for path in [Path::Auto, Path::Kernel, Path::Mlx] {

@@ -104,6 +104,61 @@ inline float exp_sub_sum(float* x, float m, int n) {
 // with sum_k x_k per group computed once per call.
 
 constexpr int kQmvMaxM = 8;
+
+// Code k of a row's bit stream, any width.
+inline int code_at(const uint8_t* row, int64_t k, int bits) {
+  const int64_t bit = k * bits;
+  const int shift = static_cast<int>(bit & 7);
+  unsigned v = row[bit >> 3] >> shift;
+  if (shift + bits > 8) v |= static_cast<unsigned>(row[(bit >> 3) + 1]) << (8 - shift);
+  return static_cast<int>(v & ((1u << bits) - 1));
+}
+
+// The `BYTES` bytes at p as a little-endian integer, from whole loads (a
+// memcpy into a zeroed u64 goes through the stack and stalls the reload).
+template <int BYTES>
+inline uint64_t load_le(const uint8_t* p) {
+  static_assert(BYTES >= 2 && BYTES <= 6, "2 to 6 bytes");
+  uint64_t v;
+  if constexpr (BYTES >= 4) {
+    uint32_t lo;
+    __builtin_memcpy(&lo, p, 4);
+    v = lo;
+    if constexpr (BYTES == 5) v |= static_cast<uint64_t>(p[4]) << 32;
+    if constexpr (BYTES == 6) {
+      uint16_t hi;
+      __builtin_memcpy(&hi, p + 4, 2);
+      v |= static_cast<uint64_t>(hi) << 32;
+    }
+  } else {
+    uint16_t lo;
+    __builtin_memcpy(&lo, p, 2);
+    v = lo;
+    if constexpr (BYTES == 3) v |= static_cast<uint64_t>(p[2]) << 16;
+  }
+  return v;
+}
+
+// Codes k .. k+W of a row (k a multiple of W) as floats. 8-bit codes are
+// bytes. 2-, 3-, 5- and 6-bit codes have no SIMD-friendly layout, but 8
+// consecutive codes fill exactly BITS bytes of the little-endian bit stream,
+// and pdep spreads them into 8 bytes in registers (no store and reload).
+// (4-bit codes take their own nibble paths.)
+template <int BITS>
+inline V load_codes(const uint8_t* row, int64_t k) {
+  if constexpr (BITS == 8) {
+    return S::u8(row + k);
+  } else if constexpr (W >= 8) {
+    constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << BITS) - 1);
+    const uint8_t* p = row + k * BITS / 8;
+    uint64_t u[W / 8];
+#pragma GCC unroll 2
+    for (int i = 0; i < W / 8; ++i) u[i] = S::pdep(load_le<BITS>(p + i * BITS), kMask);
+    return S::u8x(u);
+  } else {
+    return S::set1(static_cast<float>(code_at(row, k, BITS)));
+  }
+}
 constexpr int kQmvAhead = 2;  // blocks of rows the software prefetch runs ahead
 
 // Rows n .. n+R of W against MM rows of x. With a 16-entry table (AVX-512,
@@ -193,7 +248,7 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
               acc[m] = S::fma(hi, S::load(xc + static_cast<int64_t>(m) * K + W), acc[m]);
             }
           } else {
-            const V q = S::u8(p + c * W);
+            const V q = load_codes<BITS>(p, c * W);
 #pragma GCC unroll 8
             for (int m = 0; m < MM; ++m) acc[m] = S::fma(q, S::load(xc + static_cast<int64_t>(m) * K), acc[m]);
           }
@@ -323,7 +378,7 @@ void pack_strip(const QmmArgs& a, int n0, int k0, int kc, float* Bp) {
             lo[r] = S::fma(lo[r], s, b);
             hi[r] = S::fma(hi[r], s, b);
           } else {
-            lo[r] = S::fma(S::u8(p), s, b);
+            lo[r] = S::fma(load_codes<BITS>(wb + n * row_bytes, k), s, b);
             hi[r] = S::zero();
           }
         } else {
@@ -433,16 +488,26 @@ void qgemm(const QmmArgs& a) {
   });
 }
 
+template <int BITS>
+void qmm_multi_bits(const QmmArgs* args, int count) {
+  if (args[0].M <= kQmvMaxM) {
+    qmv_multi<BITS>(args, count);
+    return;
+  }
+  for (int i = 0; i < count; ++i)
+    if (args[i].N > 0) qgemm<BITS>(args[i]);
+}
+
 // `count` (at most 8) products of the same x (same M, K, bits and group size).
 void qmm_multi(const QmmArgs* args, int count) {
   if (count <= 0 || args[0].M <= 0) return;
-  if (args[0].M <= kQmvMaxM) {
-    if (args[0].bits == 4) qmv_multi<4>(args, count); else qmv_multi<8>(args, count);
-    return;
-  }
-  for (int i = 0; i < count; ++i) {
-    if (args[i].N <= 0) continue;
-    if (args[i].bits == 4) qgemm<4>(args[i]); else qgemm<8>(args[i]);
+  switch (args[0].bits) {
+    case 2: qmm_multi_bits<2>(args, count); break;
+    case 3: qmm_multi_bits<3>(args, count); break;
+    case 4: qmm_multi_bits<4>(args, count); break;
+    case 5: qmm_multi_bits<5>(args, count); break;
+    case 6: qmm_multi_bits<6>(args, count); break;
+    default: qmm_multi_bits<8>(args, count); break;
   }
 }
 
@@ -463,7 +528,7 @@ void gather(const GatherArgs& a) {
     const uint8_t* p = wb + n * row_bytes;
     float* o = a.out + static_cast<int64_t>(i) * K;
     for (int k = 0; k < K; ++k) {
-      const int q = bits == 4 ? (k & 1 ? p[k >> 1] >> 4 : p[k >> 1] & 15) : p[k];
+      const int q = code_at(p, k, bits);
       const float s = scale_at(a.scales, n * G + k / gs, a.scale_type);
       const float b = scale_at(a.biases, n * G + k / gs, a.scale_type);
       const float prod = s * static_cast<float>(q);

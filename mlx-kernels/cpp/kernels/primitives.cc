@@ -276,17 +276,26 @@ int run_products(std::vector<array>& in, NormSpec norm, int gs, int bits, const 
   return M;
 }
 
+// With `residual` (one plain product only), a last input r of the output's
+// shape is added to the product: `x Wᵀ + r`, a residual connection absorbed
+// by `add` (see there), which saves a graph node per projection.
 class QuantizedLinearMulti : public mx::Primitive {
  public:
-  QuantizedLinearMulti(mx::Stream s, int gs, int bits, std::vector<int> heads, NormSpec norm)
-      : mx::Primitive(s), gs_(gs), bits_(bits), heads_(std::move(heads)), norm_(norm) {}
+  QuantizedLinearMulti(mx::Stream s, int gs, int bits, std::vector<int> heads, NormSpec norm, bool residual = false)
+      : mx::Primitive(s), gs_(gs), bits_(bits), heads_(std::move(heads)), norm_(norm), residual_(residual) {}
   const char* name() const override {
+    if (residual_) return "MlxcelQuantizedLinearAdd";
     return heads_.size() == 1 && heads_[0] == 0 ? "MlxcelQuantizedLinear" : "MlxcelQuantizedLinearMulti";
   }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& q = static_cast<const QuantizedLinearMulti&>(o);
-    return gs_ == q.gs_ && bits_ == q.bits_ && heads_ == q.heads_ && norm_ == q.norm_;
+    return gs_ == q.gs_ && bits_ == q.bits_ && heads_ == q.heads_ && norm_ == q.norm_ && residual_ == q.residual_;
   }
+  int group_size() const { return gs_; }
+  int bits() const { return bits_; }
+  const std::vector<int>& heads() const { return heads_; }
+  NormSpec norm() const { return norm_; }
+  bool residual() const { return residual_; }
   void eval_gpu(const std::vector<array>&, std::vector<array>&) override {
     throw std::runtime_error("MlxcelQuantizedLinearMulti has no GPU version");
   }
@@ -310,8 +319,8 @@ class QuantizedLinearMulti : public mx::Primitive {
 
   void eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
     launch_multi(*this, inputs, outputs,
-                 [gs = gs_, bits = bits_, heads = heads_, norm = norm_](std::vector<array>& in,
-                                                                        std::vector<array>& out) {
+                 [gs = gs_, bits = bits_, heads = heads_, norm = norm_, residual = residual_](
+                     std::vector<array>& in, std::vector<array>& out) {
                    const array& x = in[0];
                    const int n = static_cast<int>(heads.size());
                    // With one position per sequence the head layout is the plain one.
@@ -326,7 +335,17 @@ class QuantizedLinearMulti : public mx::Primitive {
                        dst[i] = out[i].data<float>();
                      }
                    }
-                   run_products(in, norm, gs, bits, dst);
+                   const int M = run_products(in, norm, gs, bits, dst);
+                   if (residual) {
+                     // out[0] is [M, N] (plain layout): add r row by row.
+                     std::vector<float> rb;
+                     int64_t ldr = 0;
+                     const float* r = rows_of(in.back(), rb, ldr);
+                     const int64_t N = out[0].shape(-1);
+                     float* o = out[0].data<float>();
+                     for (int64_t m = 0; m < M; ++m)
+                       for (int64_t j = 0; j < N; ++j) o[m * N + j] += r[m * ldr + j];
+                   }
                    for (int i = 0; i < n; ++i) {
                      if (tmp[i].empty()) continue;
                      const int B = x.shape(0), H = heads[i], N = in[1 + norm.inputs() + 3 * i].shape(0), D = N / H;
@@ -345,6 +364,7 @@ class QuantizedLinearMulti : public mx::Primitive {
   int gs_, bits_;
   std::vector<int> heads_;
   NormSpec norm_;
+  bool residual_;
 };
 
 // act(x Gᵀ) * (x Uᵀ): a gated MLP's gate and up projections and its
@@ -754,7 +774,8 @@ std::string dtype_str(mx::Dtype d) {
 // Why our quantized kernels cannot take these inputs ("" when they can).
 std::string quant_unsupported(const array& w, const array& scales, const std::optional<array>& biases, int gs,
                               int bits) {
-  if (bits != 4 && bits != 8) return "only 4- and 8-bit codes are supported, not " + std::to_string(bits);
+  if (bits < 2 || bits > 8 || bits == 7)
+    return "codes must be 2, 3, 4, 5, 6 or 8 bits wide, not " + std::to_string(bits);
   if (gs != 32 && gs != 64 && gs != 128) return "group size must be 32, 64 or 128, not " + std::to_string(gs);
   if (w.dtype() != mx::uint32) return "packed weights must be uint32, not " + dtype_str(w.dtype());
   if (w.ndim() != 2) return "packed weights must be 2-D, not " + shape_str(w.shape());
@@ -889,6 +910,31 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
   std::vector<mx::Dtype> dtypes(ws.size(), mx::float32);
   return array::make_arrays(std::move(shapes), dtypes,
                             std::make_shared<QuantizedLinearMulti>(s, group_size, bits, heads, fx.norm), inputs);
+}
+
+mx::array add(const mx::array& a, const mx::array& b, Path path) {
+  // `a + b` where one side is the not yet computed output of a plain
+  // quantized product of ours and the other has its shape: one product node
+  // that adds the residual as it writes (the product node on its own is then
+  // never evaluated unless something else reads it).
+  auto absorbable = [](const array& p, const array& r) {
+    if (!p.has_primitive() || p.status() != array::Status::unscheduled ||
+        std::strcmp(p.primitive().name(), "MlxcelQuantizedLinear") != 0)
+      return false;
+    return r.dtype() == mx::float32 && r.shape() == p.shape();
+  };
+  if (path != Path::Mlx && mx::default_device() == mx::Device::cpu) {
+    for (const auto& [p, r] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+      if (!absorbable(*p, *r)) continue;
+      const auto& q = static_cast<const QuantizedLinearMulti&>(p->primitive());
+      std::vector<array> inputs = p->inputs();
+      inputs.push_back(*r);
+      auto prim = std::make_shared<QuantizedLinearMulti>(p->primitive().stream(), q.group_size(), q.bits(), q.heads(),
+                                                         q.norm(), true);
+      return array(p->shape(), mx::float32, std::move(prim), std::move(inputs));
+    }
+  }
+  return mx::add(a, b);
 }
 
 mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,

@@ -45,6 +45,11 @@ mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::a
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path);
 
+/// `a + b`; when one side is a not yet computed plain quantized product of
+/// ours and the other has its shape (a residual connection), one product node
+/// that adds it. MLX's `add` otherwise (and always on Path::Mlx).
+mx::array add(const mx::array& a, const mx::array& b, Path path);
+
 mx::array rope(const mx::array& x, int dims, bool traditional, float base, float scale, int offset,
                const std::optional<mx::array>& freqs, Path path);
 

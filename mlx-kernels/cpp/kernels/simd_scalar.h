@@ -49,7 +49,16 @@ struct S {
     return e * p;
   }
 
+  // W bytes held in W / 8 words (low byte first), as floats.
+  static inline V u8x(const uint64_t* u) { return static_cast<float>(u[0] & 0xff); }
   static inline V u8(const uint8_t* p) { return static_cast<float>(*p); }
+  // Moves the low bits of `v` to the set bits of `mask`, in order (BMI2's pdep).
+  static inline uint64_t pdep(uint64_t v, uint64_t mask) {
+    uint64_t r = 0;
+    for (uint64_t bit = 1; mask; bit <<= 1, mask &= mask - 1)
+      if (v & bit) r |= mask & (~mask + 1);
+    return r;
+  }
   static inline void nib(const uint8_t* p, V& lo, V& hi) {
     lo = static_cast<float>(*p & 15);
     hi = static_cast<float>(*p >> 4);

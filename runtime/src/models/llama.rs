@@ -2,7 +2,7 @@
 //! grouped-query attention with RoPE and a SwiGLU MLP, RMS norms throughout
 //! (Touvron et al. 2023; mlx-lm `models/llama.py`).
 
-use mlxcel_mlx::Array;
+use mlxcel_mlx::{Array, fast};
 
 use super::{Attention, Config, LanguageModel, QkvProjection, rope_from_config};
 use crate::error::Result;
@@ -100,8 +100,9 @@ impl DecoderLayer {
 
     /// Runs the layer.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let h = x.add(&self.self_attn.forward(&self.input_layernorm.forward(x)?, cache)?)?;
-        Ok(h.add(&self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)?)
+        // fast::add folds each residual into the projection before it (o_proj, down_proj).
+        let h = fast::add(x, &self.self_attn.forward(&self.input_layernorm.forward(x)?, cache)?)?;
+        Ok(fast::add(&h, &self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)?)
     }
 }
 
