@@ -30,6 +30,9 @@ pub struct BenchArgs {
     /// Prompt tokens per forward pass in the pp test.
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
+    /// CPU kernel threads (default: MLXCEL_THREADS, else the physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -59,6 +62,12 @@ impl Sample {
 
 /// Runs `mlxcel bench`.
 pub fn bench(args: BenchArgs) -> Result<()> {
+    if let Some(n) = args.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        mlxcel_mlx::fast::set_threads(n);
+    }
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
@@ -110,7 +119,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let name = if model.name.is_empty() { model.architecture.clone() } else { model.name.clone() };
     let size_mib = model.weight_bytes as f64 / (1 << 20) as f64;
     let device = mlxcel_mlx::device::default_device().to_string();
-    let threads = std::env::var("MLXCEL_THREADS").unwrap_or_else(|_| "default".into());
+    let threads = mlxcel_mlx::fast::threads();
     if args.json {
         let rows: Vec<_> = samples
             .iter()

@@ -4,7 +4,11 @@
 //!
 //! ```text
 //! cargo run --release -p mlxcel-mlx --example kernel_bench -- [--threads 1,2] [--quick] [--no-mlx]
+//! cargo run --release -p mlxcel-mlx --example kernel_bench -- --bandwidth --threads 2
 //! ```
+//!
+//! `--bandwidth` prints only the DRAM read bandwidth (GB/s, best of 8 sums
+//! over 256 MiB) of the first thread count and exits (bench/cpu.sh's roofline).
 //!
 //! Per shape and row count M (1: decode, 512: prefill) it prints: the kernel
 //! alone (best of many calls, no MLX graph) and its GFLOP/s; for M = 1 the
@@ -63,6 +67,11 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, fast::default_threads()]);
+    if args.iter().any(|a| a == "--bandwidth") {
+        fast::set_threads(threads[0]);
+        println!("{:.2}", fast::read_bandwidth_gbs(256 << 20, 8));
+        return Ok(());
+    }
     let key = random::Key::new(7)?;
     println!("mlxcel kernels: ISA {}, default threads {}", fast::isa(), fast::default_threads());
     for &t in &threads {

@@ -1,8 +1,9 @@
-//! Decode and prefill speed of a model directory in mlx-lm's layout (config.json
-//! and model.safetensors), and the MLX operations one decode step runs.
+//! Decode and prefill speed of a bundle or of a model directory in mlx-lm's
+//! layout (config.json and model.safetensors), and the MLX operations one
+//! decode step runs.
 //!
 //! ```text
-//! cargo run --release -p mlxcel-tests --example decode_probe -- DIR [--tokens 64] [--prompt 512] [--reps 3]
+//! cargo run --release -p mlxcel-tests --example decode_probe -- DIR|BUNDLE [--tokens 64] [--prompt 512] [--reps 3]
 //! MLXCEL_KERNELS=mlx ...   # MLX's own ops instead of mlxcel's kernels
 //! MLXCEL_THREADS=1 ...     # kernel threads
 //! ```
@@ -28,13 +29,20 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let dir = std::path::PathBuf::from(args.get(1).expect("usage: decode_probe DIR"));
+    let path = std::path::PathBuf::from(args.get(1).expect("usage: decode_probe DIR|BUNDLE"));
     let (tokens, prompt_len, reps) = (arg(&args, "--tokens", 64), arg(&args, "--prompt", 512), arg(&args, "--reps", 3));
-    let config = read_json(&dir.join("config.json"));
-    let arch = config["model_type"].as_str().unwrap_or("llama").to_string();
     let t0 = Instant::now();
-    let w = load_mlx_lm_weights(&dir, &config);
-    let model = models::build(&arch, &config, &w).unwrap();
+    let model = if path.is_dir() {
+        let config = read_json(&path.join("config.json"));
+        let arch = config["model_type"].as_str().unwrap_or("llama").to_string();
+        let w = load_mlx_lm_weights(&path, &config);
+        models::build(&arch, &config, &w).unwrap()
+    } else {
+        let bundle = mlxcel_bundle::Bundle::open(&path).unwrap();
+        let config: serde_json::Value = serde_json::from_str(bundle.config_json()).unwrap();
+        let (w, _) = mlxcel_runtime::loader::weights_from_bundle(&bundle, mlxcel_mlx::Dtype::F32).unwrap();
+        models::build(bundle.architecture(), &config, &w).unwrap()
+    };
     eprintln!(
         "load {:?}; kernels: {:?}, ISA {}, {} thread(s)",
         t0.elapsed(),

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# CPU throughput of mlxcel against llama.cpp and mlx-lm on the same models, in
+# the same run (issue [7]; results in docs/benchmarks.md).
+#
+#   bash bench/cpu.sh            # 2 threads, 3 repetitions, pp512 / tg128
+#   THREADS=1 REPS=5 bash bench/cpu.sh
+#   SKIP_MLX_LM=1 bash bench/cpu.sh   # mlx-lm takes ~10 minutes on 2 cores
+#
+# For each real model of `make setup` (SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M):
+#   - llama.cpp: llama-bench -m MODEL.gguf -p 512 -n 128 -t THREADS -r REPS, built
+#     from the llama-cpp-python==0.3.36 source package (it vendors llama.cpp)
+#     into .deps/llama.cpp-0.3.36 on first use (~5 min on 2 cores);
+#   - mlxcel: `mlxcel bench` on the bundle `mlxcel-compile` makes from the same
+#     GGUF (lossless transcode: the same codes, scales and biases);
+#   - mlx-lm: bench/mlx_lm_bench.py on those exact weights (exported from the
+#     bundle by the export_mlx_lm example);
+# then prints one table with ratios, and the decode roofline: bytes of weights
+# read per token over the machine's measured read bandwidth.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+threads=${THREADS:-2}
+reps=${REPS:-3}
+pp=${PP:-512}
+tg=${TG:-128}
+work=${BENCH_DIR:-$root/target/bench}
+mkdir -p "$work"
+
+make -s setup
+
+# ---- llama.cpp from the llama-cpp-python source package --------------------
+llama_version=0.3.36
+llama_url=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz
+llama_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+llama_dir=$root/.deps/llama.cpp-$llama_version
+llama_bench=$llama_dir/build/bin/llama-bench
+if [ ! -x "$llama_bench" ]; then
+  echo "building llama.cpp $llama_version (vendored by llama-cpp-python) in $llama_dir" >&2
+  mkdir -p "$llama_dir"
+  # cmake and ninja from PyPI, pinned, in a project-local virtual environment.
+  tools=$root/.deps/build-tools
+  if [ ! -x "$tools/bin/cmake" ] || [ ! -x "$tools/bin/ninja" ]; then
+    python3 -m venv "$tools"
+    "$tools/bin/python" -m pip install --quiet --only-binary=:all: cmake==3.31.10 ninja==1.13.2
+  fi
+  # pip download would build the package's metadata (minutes); the sdist is
+  # fetched directly and checked against its published sha256.
+  tarball=$llama_dir/llama_cpp_python-$llama_version.tar.gz
+  if ! echo "$llama_sha256  $tarball" | sha256sum -c --quiet - >/dev/null 2>&1; then
+    curl -fsSL --retry 3 -o "$tarball.part" "$llama_url"
+    echo "$llama_sha256  $tarball.part" | sha256sum -c --quiet -
+    mv "$tarball.part" "$tarball"
+  fi
+  rm -rf "$llama_dir/src"
+  mkdir -p "$llama_dir/src"
+  tar -xzf "$tarball" -C "$llama_dir/src" --strip-components=1
+  # The CPU's own instruction sets, as a native build would pick them, except
+  # AMX, whose tiles this machine's hypervisor does not enable.
+  isa=()
+  if [ "$(uname -m)" = x86_64 ]; then
+    flags=$(grep -m1 '^flags' /proc/cpuinfo)
+    has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
+    isa=(-DGGML_NATIVE=OFF -DGGML_AVX="$(has avx)" -DGGML_AVX2="$(has avx2)" -DGGML_FMA="$(has fma)"
+      -DGGML_F16C="$(has f16c)" -DGGML_BMI2="$(has bmi2)" -DGGML_AVX512="$(has avx512f)"
+      -DGGML_AVX512_VBMI="$(has avx512vbmi)" -DGGML_AVX512_VNNI="$(has avx512_vnni)"
+      -DGGML_AVX512_BF16="$(has avx512_bf16)" -DGGML_AVX_VNNI="$(has avx_vnni)" -DGGML_AMX_TILE=OFF
+      -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+  fi
+  PATH=$tools/bin:$PATH cmake -S "$llama_dir/src/vendor/llama.cpp" -B "$llama_dir/build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DGGML_CCACHE=OFF "${isa[@]}" >"$llama_dir/cmake.log" 2>&1 ||
+    { tail -30 "$llama_dir/cmake.log" >&2; exit 1; }
+  PATH=$tools/bin:$PATH cmake --build "$llama_dir/build" --target llama-bench -j "$(nproc)" \
+    >"$llama_dir/build.log" 2>&1 || { tail -30 "$llama_dir/build.log" >&2; exit 1; }
+fi
+
+# ---- mlxcel ------------------------------------------------------------------
+cargo build -q --release -p mlxcel-cli -p mlxcel-compiler
+cargo build -q --release -p mlxcel-tests --example export_mlx_lm
+cargo build -q --release -p mlxcel-mlx --example kernel_bench
+py=$root/.deps/venv/bin/python
+export MLXCEL_DEVICE=cpu
+
+results=$work/cpu-results.jsonl
+: >"$results"
+for gguf in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
+  name=${gguf%.gguf}
+  src=$root/.deps/models/$gguf
+  bundle=$work/$name.mlxb
+  echo "== $name" >&2
+  target/release/mlxcel-compile "$src" -o "$bundle" --quiet
+  echo "llama.cpp: llama-bench -p $pp -n $tg -t $threads -r $reps" >&2
+  "$llama_bench" -m "$src" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json 2>/dev/null |
+    "$py" -c '
+import json, sys
+for r in json.load(sys.stdin):
+    test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
+    print(json.dumps({"model": sys.argv[1], "engine": "llama.cpp", "test": test, "tps": r["avg_ts"], "sd": r["stddev_ts"]}))
+' "$name" >>"$results"
+  echo "mlxcel: mlxcel bench -p $pp -n $tg -t $threads -r $reps" >&2
+  target/release/mlxcel bench "$bundle" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --json |
+    "$py" -c '
+import json, sys
+for r in json.load(sys.stdin):
+    print(json.dumps({"model": sys.argv[1], "engine": "mlxcel", "test": r["test"], "tps": r["tokens_per_second"], "sd": r["stddev"]}))
+' "$name" >>"$results"
+  if [ -z "${SKIP_MLX_LM:-}" ]; then
+    echo "mlx-lm: bench/mlx_lm_bench.py -p $pp -n $tg -r 1 (slow: one repetition)" >&2
+    export_dir=$work/$name-mlx
+    rm -rf "$export_dir"
+    target/release/examples/export_mlx_lm "$bundle" "$export_dir"
+    # MLX's CPU backend sizes its own pool; mlx-lm gets the same cores.
+    taskset -c "0-$((threads - 1))" "$py" bench/mlx_lm_bench.py "$export_dir" -p "$pp" -n "$tg" -r 1 |
+      "$py" -c '
+import json, statistics as st, sys
+r = json.load(sys.stdin)
+for test, rates in ((f"pp{sys.argv[2]}", r["pp"]), (f"tg{sys.argv[3]}", r["tg"])):
+    if rates:
+        print(json.dumps({"model": sys.argv[1], "engine": "mlx-lm", "test": test, "tps": st.mean(rates), "sd": st.stdev(rates) if len(rates) > 1 else 0.0}))
+' "$name" "$pp" "$tg" >>"$results"
+  fi
+  # Roofline inputs: weight bytes one decode step reads (every tensor; a tied
+  # embedding is read whole as the output projection, an untied one a row at a time).
+  target/release/mlxcel inspect --json --tensors "$bundle" | "$py" -c '
+import json, sys
+d = json.load(sys.stdin)
+ts = d["tensors"]
+total = sum(t["length"] for t in ts)
+if any(t["name"].startswith("lm_head.") for t in ts):
+    total -= sum(t["length"] for t in ts if t["name"].startswith("model.embed_tokens."))
+print(json.dumps({"model": sys.argv[1], "engine": "bytes", "test": "weights", "tps": total, "sd": 0}))
+' "$name" >>"$results"
+done
+bandwidth=$(target/release/examples/kernel_bench --bandwidth --threads "$threads")
+
+"$py" - "$results" "$threads" "$bandwidth" "$pp" "$tg" <<'EOF'
+import json, sys
+path, threads, bw, pp, tg = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+rows = [json.loads(l) for l in open(path)]
+get = lambda m, e, t: next((r for r in rows if r["model"] == m and r["engine"] == e and r["test"] == t), None)
+fmt = lambda r: f"{r['tps']:.1f} ± {r['sd']:.1f}" if r else "–"
+ratio = lambda a, b: f"{a['tps'] / b['tps']:.2f}×" if a and b else "–"
+models = list(dict.fromkeys(r["model"] for r in rows))
+print(f"\n{threads} thread(s); tokens per second, mean ± standard deviation\n")
+print("| model | test | llama.cpp | mlx-lm | mlxcel | mlxcel / llama.cpp | mlxcel / mlx-lm |")
+print("|---|---|--:|--:|--:|--:|--:|")
+for m in models:
+    for t in (f"pp{pp}", f"tg{tg}"):
+        l, x, o = get(m, "llama.cpp", t), get(m, "mlx-lm", t), get(m, "mlxcel", t)
+        print(f"| {m} | {t} | {fmt(l)} | {fmt(x)} | {fmt(o)} | {ratio(o, l)} | {ratio(o, x)} |")
+print(f"\nDecode roofline ({threads} thread(s), read bandwidth {bw:.1f} GB/s over 256 MiB):\n")
+print("| model | weight MB per token | floor ms/token (max tok/s) | mlxcel ms/token | of the roofline |")
+print("|---|--:|--:|--:|--:|")
+for m in models:
+    b, o = get(m, "bytes", "weights"), get(m, "mlxcel", f"tg{tg}")
+    if b and o:
+        floor_ms = b["tps"] / (bw * 1e9) * 1e3
+        print(f"| {m} | {b['tps'] / 1e6:.1f} | {floor_ms:.2f} ({1e3 / floor_ms:.0f}) | {1e3 / o['tps']:.2f} | {floor_ms * o['tps'] / 1e3 * 100:.0f}% |")
+EOF
