@@ -173,7 +173,7 @@ class Pool {
   }
 
  private:
-  explicit Pool(int n) : spin_us_(env_int("MLXCEL_SPIN_US", 300)), yield_(!env_is("MLXCEL_SPIN_YIELD", "0")) {
+  explicit Pool(int n) : spin_us_(env_int("MLXCEL_SPIN_US", 3000)), yield_(!env_is("MLXCEL_SPIN_YIELD", "0")) {
     start_workers(n);
   }
 
