@@ -104,6 +104,7 @@ inline float exp_sub_sum(float* x, float m, int n) {
 // with sum_k x_k per group computed once per call.
 
 constexpr int kQmvMaxM = 8;
+constexpr int kQmvAhead = 2;  // blocks of rows the software prefetch runs ahead
 
 // Code k of a row's bit stream, any width.
 inline int code_at(const uint8_t* row, int64_t k, int bits) {
@@ -159,7 +160,6 @@ inline V load_codes(const uint8_t* row, int64_t k) {
     return S::set1(static_cast<float>(code_at(row, k, BITS)));
   }
 }
-constexpr int kQmvAhead = 2;  // blocks of rows the software prefetch runs ahead
 
 // Rows n .. n+R of W against MM rows of x. With a 16-entry table (AVX-512,
 // 4-bit), each group's codes go through a table of its dequantized values

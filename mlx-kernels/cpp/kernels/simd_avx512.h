@@ -55,11 +55,11 @@ struct S {
     return r;
   }
 
-  // W bytes -> W floats.
   // Moves the low bits of `v` to the set bits of `mask`, in order.
   static inline uint64_t pdep(uint64_t v, uint64_t mask) { return _pdep_u64(v, mask); }
   // W bytes held in W / 8 words (low byte first), as floats.
   static inline V u8x(const uint64_t* u) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(u[1]), static_cast<long long>(u[0])))); }
+  // W bytes -> W floats.
   static inline V u8(const uint8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
