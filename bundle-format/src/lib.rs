@@ -58,6 +58,10 @@ pub mod kinds {
     pub const TOKENIZER: &str = "tokenizer";
     /// The key of the Hugging Face `tokenizer.json` in a [`TOKENIZER`] section.
     pub const TOKENIZER_JSON_KEY: &str = "tokenizer.json";
+    /// The key of the compiled tokenizer (crate `mlxcel-tokenizer`'s layout)
+    /// in a [`TOKENIZER`] section: the same tokenizer as `tokenizer.json`,
+    /// checked against it by the compiler, that loads in milliseconds.
+    pub const TOKENIZER_COMPILED_KEY: &str = "mlxcel-tokenizer";
     /// StableHLO (MLIR text) of one graph; key = graph name.
     pub const STABLEHLO: &str = "stablehlo";
     /// An IREE VM flatbuffer module; key = graph name, target = IREE target (triple, CPU features or GPU arch).

@@ -533,6 +533,11 @@ impl Bundle {
         self.section(kinds::TOKENIZER, kinds::TOKENIZER_JSON_KEY, "").map(|s| s.data())
     }
 
+    /// The compiled tokenizer section, if the compiler wrote one.
+    pub fn compiled_tokenizer(&self) -> Option<&[u8]> {
+        self.section(kinds::TOKENIZER, kinds::TOKENIZER_COMPILED_KEY, "").map(|s| s.data())
+    }
+
     /// The provenance record.
     pub fn provenance(&self) -> &ArchivedProvenance {
         &self.manifest().provenance

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use std::borrow::Cow;
 
 use mlxcel_bundle::{
-    BundleWriter, Dtype as BundleDtype, ModelInfo, Provenance, Quantization, SourceFile, SurgeryOperation,
-    SurgeryRecord, TensorSpec, WrittenBundle,
+    BundleWriter, Dtype as BundleDtype, ModelInfo, Provenance, Quantization, SectionSpec, SourceFile, SurgeryOperation,
+    SurgeryRecord, TensorSpec, WrittenBundle, kinds,
 };
 use mlxcel_mlx::{Array, Dtype, QuantMode};
 use mlxcel_surgery::{ModelTensor, ModelView, OutputTensor, Surgery};
@@ -286,10 +286,38 @@ pub struct TensorReport {
 pub struct CompileReport {
     /// The bundle written.
     pub written: WrittenBundle,
+    /// What became of the tokenizer.
+    pub tokenizer: TokenizerReport,
     /// One entry per source tensor, in source order.
     pub tensors: Vec<TensorReport>,
     /// Wall time.
     pub elapsed: Duration,
+}
+
+/// Whether the bundle carries a compiled tokenizer beside `tokenizer.json`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenizerReport {
+    /// Compiled and checked against the `tokenizers` library.
+    Compiled {
+        /// Bytes of the section.
+        bytes: usize,
+    },
+    /// Only `tokenizer.json`: the runtime parses it with `tokenizers` at load.
+    JsonOnly {
+        /// Why it was not compiled.
+        reason: String,
+    },
+}
+
+impl fmt::Display for TokenizerReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenizerReport::Compiled { bytes } => {
+                write!(f, "compiled ({:.1} MB, token-exact with tokenizer.json)", *bytes as f64 / 1e6)
+            }
+            TokenizerReport::JsonOnly { reason } => write!(f, "tokenizer.json only ({reason})"),
+        }
+    }
 }
 
 /// Progress of a compile, one call per tensor.
@@ -529,127 +557,141 @@ pub fn compile(
         name: options.name.clone().unwrap_or_else(|| default_name(source.path())),
         config_json,
     };
-    let mut w = BundleWriter::create(output, model)?;
-    w.add_tokenizer_json(tokenizer.tokenizer_json.as_bytes())?;
-    let (template, template_origin) = match (&options.chat_template, &tokenizer.chat_template) {
-        (Some(t), _) => (Some(t.clone()), "given"),
-        (None, Some(t)) => (Some(t.clone()), "source"),
-        (None, None) => match builtin_chat_template(config.architecture) {
-            Some(t) => (Some(t.to_string()), "built-in"),
-            None => (None, "none"),
-        },
-    };
-    if let Some(t) = template {
-        w.set_chat_template(t);
-    }
-    w.add_metadata("chat_template.origin", template_origin);
-    let mut defaults = match &generation.generation_config {
-        Value::Object(m) => m.clone(),
-        _ => serde_json::Map::new(),
-    };
-    defaults.insert("eos_token_id".into(), json!(generation.eos_token_ids));
-    if let Some(bos) = generation.bos_token_id {
-        defaults.insert("bos_token_id".into(), json!(bos));
-    }
-    w.set_generation_defaults_json(Value::Object(defaults).to_string());
-
-    let mut reports = Vec::with_capacity(jobs.len());
-    for job in &jobs {
-        let info = job.info;
-        progress(Progress { tensor: &job.name, source_bytes: info.nbytes });
-        let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), source: e };
-        // A tensor a surgery edits is computed whole, on MLX; an edit that
-        // leaves it unchanged (scale by 1, add zeros) keeps its stored form.
-        let edited = match job.edits {
-            Some(out) if !out.edits.is_empty() => {
-                let original = float_array(source, info).map_err(mlx)?;
-                let values = surgery_plan
-                    .as_ref()
-                    .expect("edits come from a plan")
-                    .apply(out, &original)
-                    .map_err(CompileError::Surgery)?;
-                let changed = values.shape() != original.shape()
-                    || values.to_bytes().map_err(mlx)? != original.to_bytes().map_err(mlx)?;
-                changed.then_some(values)
-            }
-            _ => None,
-        };
-        let mut p = job.plan.clone();
-        let (bytes, error) = match edited {
-            Some(values) => {
-                let shape: Vec<usize> = values.shape().iter().map(|&d| d as usize).collect();
-                p = edited_plan(&p, info, &shape);
-                let t = FloatTensor {
-                    dtype: FloatDtype::F32,
-                    shape: shape.clone(),
-                    data: Cow::Owned(values.to_bytes().map_err(mlx)?),
-                };
-                write_floats(&mut w, &job.name, &shape, &p, std::iter::once(Ok(t)), options.report, &mlx)?
-            }
-            None => match &p {
-                TensorPlan::KeepAffine => match source.load(info)? {
-                    TensorData::Affine(a) => {
-                        let prefix = job.name.strip_suffix(".weight").unwrap_or(&job.name);
-                        (write_affine_tensor(&mut w, prefix, &a)?, options.report.then_some(0.0))
-                    }
-                    TensorData::Float(_) => {
-                        return Err(CompileError::Options(format!(
-                            "tensor {} did not load as affine blocks",
-                            info.name
-                        )));
-                    }
-                },
-                // Row block by row block: a dequantized tensor is never whole in memory.
-                _ => {
-                    let chunks = source.float_chunks(info, CHUNK_BYTES)?.map(|c| c.map_err(CompileError::from));
-                    write_floats(&mut w, &job.name, &info.shape, &p, chunks, options.report, &mlx)?
-                }
+    // The tokenizer compiles, and is checked against `tokenizers` (about a
+    // second for a 262k vocabulary), on a second thread while tensors stream.
+    std::thread::scope(|scope| {
+        let compiled_tokenizer =
+            scope.spawn(|| mlxcel_tokenizer::verify::compile_checked(tokenizer.tokenizer_json.as_bytes()));
+        let mut w = BundleWriter::create(output, model)?;
+        w.add_tokenizer_json(tokenizer.tokenizer_json.as_bytes())?;
+        let (template, template_origin) = match (&options.chat_template, &tokenizer.chat_template) {
+            (Some(t), _) => (Some(t.clone()), "given"),
+            (None, Some(t)) => (Some(t.clone()), "source"),
+            (None, None) => match builtin_chat_template(config.architecture) {
+                Some(t) => (Some(t.to_string()), "built-in"),
+                None => (None, "none"),
             },
         };
-        reports.push(TensorReport {
-            name: job.name.clone(),
-            plan: p,
-            source: source_description(info),
-            bytes,
-            rel_rms_error: error,
-        });
-    }
+        if let Some(t) = template {
+            w.set_chat_template(t);
+        }
+        w.add_metadata("chat_template.origin", template_origin);
+        let mut defaults = match &generation.generation_config {
+            Value::Object(m) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        defaults.insert("eos_token_id".into(), json!(generation.eos_token_ids));
+        if let Some(bos) = generation.bos_token_id {
+            defaults.insert("bos_token_id".into(), json!(bos));
+        }
+        w.set_generation_defaults_json(Value::Object(defaults).to_string());
 
-    let mut source_files = Vec::new();
-    for path in source.source_files() {
-        let (size, digest) = file_digest(&path)?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        source_files.push(SourceFile { name, size, digest });
-    }
-    let mut counts = std::collections::BTreeMap::<String, usize>::new();
-    for r in &reports {
-        *counts.entry(r.plan.to_string()).or_default() += 1;
-    }
-    w.set_provenance(Provenance {
-        compiler_version: format!("mlxcel-compile {}", env!("CARGO_PKG_VERSION")),
-        mlx_version: mlxcel_mlx::mlx_version(),
-        source_files,
-        compile_options_json: options.to_json().to_string(),
-        quantization_recipe_json: Some(json!({ "tensors_by_form": counts }).to_string()),
-        surgery: match (surgery, &surgery_plan) {
-            (Some(s), Some(p)) => Some(SurgeryRecord {
-                yaml: s.yaml.clone(),
-                blake3: *blake3::hash(s.yaml.as_bytes()).as_bytes(),
-                operations: p
-                    .operations
-                    .iter()
-                    .map(|o| SurgeryOperation {
-                        description: o.description.clone(),
-                        matched_tensors: Some(o.matched.clone()),
-                    })
-                    .collect(),
-            }),
-            _ => None,
-        },
-        ..Provenance::default()
-    });
-    let written = w.finish()?;
-    Ok(CompileReport { written, tensors: reports, elapsed: start.elapsed() })
+        let mut reports = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let info = job.info;
+            progress(Progress { tensor: &job.name, source_bytes: info.nbytes });
+            let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), source: e };
+            // A tensor a surgery edits is computed whole, on MLX; an edit that
+            // leaves it unchanged (scale by 1, add zeros) keeps its stored form.
+            let edited = match job.edits {
+                Some(out) if !out.edits.is_empty() => {
+                    let original = float_array(source, info).map_err(mlx)?;
+                    let values = surgery_plan
+                        .as_ref()
+                        .expect("edits come from a plan")
+                        .apply(out, &original)
+                        .map_err(CompileError::Surgery)?;
+                    let changed = values.shape() != original.shape()
+                        || values.to_bytes().map_err(mlx)? != original.to_bytes().map_err(mlx)?;
+                    changed.then_some(values)
+                }
+                _ => None,
+            };
+            let mut p = job.plan.clone();
+            let (bytes, error) = match edited {
+                Some(values) => {
+                    let shape: Vec<usize> = values.shape().iter().map(|&d| d as usize).collect();
+                    p = edited_plan(&p, info, &shape);
+                    let t = FloatTensor {
+                        dtype: FloatDtype::F32,
+                        shape: shape.clone(),
+                        data: Cow::Owned(values.to_bytes().map_err(mlx)?),
+                    };
+                    write_floats(&mut w, &job.name, &shape, &p, std::iter::once(Ok(t)), options.report, &mlx)?
+                }
+                None => match &p {
+                    TensorPlan::KeepAffine => match source.load(info)? {
+                        TensorData::Affine(a) => {
+                            let prefix = job.name.strip_suffix(".weight").unwrap_or(&job.name);
+                            (write_affine_tensor(&mut w, prefix, &a)?, options.report.then_some(0.0))
+                        }
+                        TensorData::Float(_) => {
+                            return Err(CompileError::Options(format!(
+                                "tensor {} did not load as affine blocks",
+                                info.name
+                            )));
+                        }
+                    },
+                    // Row block by row block: a dequantized tensor is never whole in memory.
+                    _ => {
+                        let chunks = source.float_chunks(info, CHUNK_BYTES)?.map(|c| c.map_err(CompileError::from));
+                        write_floats(&mut w, &job.name, &info.shape, &p, chunks, options.report, &mlx)?
+                    }
+                },
+            };
+            reports.push(TensorReport {
+                name: job.name.clone(),
+                plan: p,
+                source: source_description(info),
+                bytes,
+                rel_rms_error: error,
+            });
+        }
+
+        let mut source_files = Vec::new();
+        for path in source.source_files() {
+            let (size, digest) = file_digest(&path)?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            source_files.push(SourceFile { name, size, digest });
+        }
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for r in &reports {
+            *counts.entry(r.plan.to_string()).or_default() += 1;
+        }
+        w.set_provenance(Provenance {
+            compiler_version: format!("mlxcel-compile {}", env!("CARGO_PKG_VERSION")),
+            mlx_version: mlxcel_mlx::mlx_version(),
+            source_files,
+            compile_options_json: options.to_json().to_string(),
+            quantization_recipe_json: Some(json!({ "tensors_by_form": counts }).to_string()),
+            surgery: match (surgery, &surgery_plan) {
+                (Some(s), Some(p)) => Some(SurgeryRecord {
+                    yaml: s.yaml.clone(),
+                    blake3: *blake3::hash(s.yaml.as_bytes()).as_bytes(),
+                    operations: p
+                        .operations
+                        .iter()
+                        .map(|o| SurgeryOperation {
+                            description: o.description.clone(),
+                            matched_tensors: Some(o.matched.clone()),
+                        })
+                        .collect(),
+                }),
+                _ => None,
+            },
+            ..Provenance::default()
+        });
+        let tokenizer_report = match compiled_tokenizer.join() {
+            Ok(Ok(section)) => {
+                w.add_section_bytes(SectionSpec::new(kinds::TOKENIZER, kinds::TOKENIZER_COMPILED_KEY), &section)?;
+                TokenizerReport::Compiled { bytes: section.len() }
+            }
+            Ok(Err(e)) => TokenizerReport::JsonOnly { reason: e.to_string() },
+            Err(_) => TokenizerReport::JsonOnly { reason: "the tokenizer compiler panicked".into() },
+        };
+        let written = w.finish()?;
+        Ok(CompileReport { written, tokenizer: tokenizer_report, tensors: reports, elapsed: start.elapsed() })
+    })
 }
 
 /// Writes `name` (shaped `shape`) from row blocks of floats, as `plan` says:

@@ -167,11 +167,12 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     };
     let tokenizer_json =
         bundle.tokenizer_json().ok_or_else(|| Error::Bundle("the bundle has no tokenizer section".into()))?;
-    // The tokenizer parses while the weights are copied.
+    let compiled_tokenizer = bundle.compiled_tokenizer();
+    // The tokenizer loads while the weights are copied.
     let (tokenizer, model_parts) = std::thread::scope(|s| {
         let eos = defaults.eos_token_ids.clone();
         let bos = defaults.bos_token_id;
-        let tok = s.spawn(move || Tokenizer::from_json(tokenizer_json, eos, bos));
+        let tok = s.spawn(move || load_tokenizer(compiled_tokenizer, tokenizer_json, eos, bos));
         let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
         let built = weights_from_bundle(&bundle, compute).and_then(|(w, bytes)| {
             let model = models::build(&architecture, &config, &w)?;
@@ -194,6 +195,20 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
         weight_bytes,
         load_time: start.elapsed(),
     })
+}
+
+/// The bundle's compiled tokenizer when it has one this build reads, else
+/// `tokenizer.json` through `tokenizers` (a hundred milliseconds to a second).
+fn load_tokenizer(compiled: Option<&[u8]>, json: &[u8], eos: Vec<u32>, bos: Option<u32>) -> Result<Tokenizer> {
+    if let Some(section) = compiled {
+        match Tokenizer::from_compiled(section.to_vec(), eos.clone(), bos) {
+            Ok(t) => return Ok(t),
+            // A newer compiler's layout: tokenizer.json still says the same.
+            Err(mlxcel_tokenizer::TokenizerError::UnsupportedVersion { .. }) => {}
+            Err(e) => return Err(Error::Tokenizer(e.to_string())),
+        }
+    }
+    Tokenizer::from_json(json, eos, bos)
 }
 
 /// The dtype activations use by default on the current device.

@@ -144,6 +144,7 @@ fn run(args: Args) -> Result<()> {
         report.elapsed.as_secs_f64(),
         mlxcel_bundle::hex(&report.written.root_hash),
     );
+    eprintln!("tokenizer: {}", report.tokenizer);
     Ok(())
 }
 

@@ -57,23 +57,7 @@ const SUPPORTED_PRE: &str = "gpt2, mpt, olmo, jais, smollm, starcoder, refact, c
      llama3, llama-v3, llama-bpe, falcon3, falcon-h1, pixtral, midm-2.0, lfm2, dbrx, smaug-bpe, qwen2, \
      deepseek-r1-qwen, stablelm2, megrez, gpt-4o, llama4";
 
-/// GPT-2's byte-to-unicode table: printable bytes map to themselves, the
-/// rest to code points from U+0100 up.
-pub fn bytes_to_unicode() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut n = 0u32;
-    for b in 0..=255u8 {
-        let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
-        table[b as usize] = if printable {
-            char::from(b)
-        } else {
-            let c = char::from_u32(256 + n).unwrap_or('\u{FFFD}');
-            n += 1;
-            c
-        };
-    }
-    table
-}
+pub use mlxcel_tokenizer::bytes_to_unicode;
 
 /// What the GGUF says about its tokenizer, beyond the vocabulary.
 #[derive(Clone, Debug, Default)]
