@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use bytes::Bytes;
 use memmap2::Mmap;
 use rkyv::util::AlignedVec;
 
@@ -16,17 +18,35 @@ use crate::manifest::{
 use crate::{ALIGNMENT, Dtype, KNOWN_EXTENSIONS, MAX_DIMS, kinds};
 
 /// The bytes a bundle is read from: a read-only memory map, or an aligned copy.
-enum Backing {
-    Mapped(Mmap),
-    Owned(AlignedVec<16>),
+struct Backing {
+    /// The whole file. Clones share it (never copy it) and keep it alive, even
+    /// after the [`Bundle`] is dropped: see [`Bundle::shared_bytes`].
+    bytes: Bytes,
+    /// The map behind `bytes`, for `madvise`; `None` for an in-memory bundle.
+    map: Option<Arc<Mmap>>,
+}
+
+/// A memory map shared between [`Backing::map`] and the [`Bytes`] over it.
+struct SharedMap(Arc<Mmap>);
+
+impl AsRef<[u8]> for SharedMap {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl Backing {
+    fn mapped(map: Mmap) -> Backing {
+        let map = Arc::new(map);
+        Backing { bytes: Bytes::from_owner(SharedMap(Arc::clone(&map))), map: Some(map) }
+    }
+
+    fn owned(vec: AlignedVec<16>) -> Backing {
+        Backing { bytes: Bytes::from_owner(vec), map: None }
+    }
+
     fn bytes(&self) -> &[u8] {
-        match self {
-            Backing::Mapped(map) => map,
-            Backing::Owned(vec) => vec,
-        }
+        &self.bytes
     }
 }
 
@@ -434,10 +454,13 @@ impl Bundle {
         // SIGBUS, and rewritten bytes may differ from what was validated (a
         // tensor may change, but no read leaves the map). Bundles are written
         // to a temporary file and renamed into place, so a compile in progress
-        // never touches a mapped bundle; that is the contract we rely on.
+        // never touches a mapped bundle; that is the contract we rely on. The
+        // map can outlive this `Bundle` (clones of `shared_bytes`, e.g. MLX
+        // arrays borrowing weights) under the same contract, and stays
+        // read-only: a write through it would fault, not change the file.
         #[allow(unsafe_code)]
         let map = unsafe { Mmap::map(&file) }.map_err(io("mapping"))?;
-        let mut bundle = Bundle::from_backing(Backing::Mapped(map))?;
+        let mut bundle = Bundle::from_backing(Backing::mapped(map))?;
         bundle.path = Some(path.to_path_buf());
         Ok(bundle)
     }
@@ -447,7 +470,7 @@ impl Bundle {
     pub fn from_bytes(bytes: &[u8]) -> Result<Bundle> {
         let mut owned = AlignedVec::<16>::with_capacity(bytes.len());
         owned.extend_from_slice(bytes);
-        Bundle::from_backing(Backing::Owned(owned))
+        Bundle::from_backing(Backing::owned(owned))
     }
 
     fn from_backing(backing: Backing) -> Result<Bundle> {
@@ -459,7 +482,7 @@ impl Bundle {
     /// Tells the kernel how the mapping will be read (readahead for verify);
     /// a no-op for in-memory bundles. Advice is only a hint: failures are ignored.
     pub(crate) fn advise_sequential(&self, sequential: bool) {
-        if let Backing::Mapped(map) = self.cell.borrow_owner() {
+        if let Some(map) = &self.cell.borrow_owner().map {
             let advice = if sequential { memmap2::Advice::Sequential } else { memmap2::Advice::Normal };
             let _ = map.advise(advice);
         }
@@ -487,6 +510,25 @@ impl Bundle {
     /// The whole file.
     pub fn as_bytes(&self) -> &[u8] {
         self.validated().bytes
+    }
+
+    /// The whole file as shared bytes: a reference-counted handle to the same
+    /// memory (the read-only map, for a bundle from [`Bundle::open`]), not a
+    /// copy. It keeps that memory alive after the `Bundle` is dropped, so
+    /// tensor data can be handed to consumers that outlive the `Bundle`
+    /// without copying it: `shared_bytes().slice(range)` for a tensor's
+    /// [`TensorView::offset`] and [`TensorView::byte_len`], or the whole file
+    /// and the offset (as the runtime gives MLX its weights).
+    pub fn shared_bytes(&self) -> Bytes {
+        self.cell.borrow_owner().bytes.clone()
+    }
+
+    /// A section's bytes as shared bytes that keep the map alive (see
+    /// [`Bundle::shared_bytes`]), by kind, key and target.
+    pub fn shared_section(&self, kind: &str, key: &str, target: &str) -> Option<Bytes> {
+        let s = self.section(kind, key, target)?;
+        let start = usize::try_from(s.offset()).ok()?;
+        Some(self.shared_bytes().slice(start..start + s.data().len()))
     }
 
     /// The archived manifest, for fields without a dedicated accessor.

@@ -79,6 +79,25 @@ fn sample_round_trips() {
 }
 
 #[test]
+fn shared_bytes_are_the_file_without_a_copy_and_outlive_the_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_sample(&dir.path().join("m.mlxb"));
+    let from_memory = Bundle::from_bytes(&std::fs::read(&path).unwrap()).unwrap();
+    for bundle in [Bundle::open(&path).unwrap(), from_memory] {
+        let shared = bundle.shared_bytes();
+        assert_eq!(shared.as_ptr(), bundle.as_bytes().as_ptr(), "the same memory, not a copy");
+        assert_eq!(shared.len(), bundle.as_bytes().len());
+        let w = bundle.tensor("model.layers.0.mlp.down_proj.weight").unwrap();
+        let range = w.offset() as usize..(w.offset() + w.byte_len()) as usize;
+        let expected = w.data().to_vec();
+        drop(bundle);
+        // The map (or buffer) is still there after the bundle is gone.
+        assert_eq!(&shared[range.clone()], &expected[..]);
+        assert_eq!(shared.slice(range), pattern(1, 128));
+    }
+}
+
+#[test]
 fn verify_reports_progress_up_to_the_file_length() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = Bundle::open(write_sample(&dir.path().join("m.mlxb"))).unwrap();

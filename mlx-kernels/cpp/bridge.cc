@@ -15,6 +15,7 @@
 #include "mlx/version.h"
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
 #include "mlxcel-mlx/cpp/kernels/primitives.h"
+#include "mlxcel-mlx/src/ffi.rs.h"
 
 namespace mx = mlx::core;
 
@@ -69,17 +70,24 @@ mx::Device to_device(uint8_t code) {
   }
 }
 
+// The bytes `shape` elements of `dt` take; throws on a negative dimension or overflow.
+size_t byte_size(const mx::Shape& shape, mx::Dtype dt) {
+  size_t nbytes = dt.size();
+  for (auto d : shape) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape");
+    if (__builtin_mul_overflow(nbytes, static_cast<size_t>(d), &nbytes)) {
+      throw std::invalid_argument("shape too large");
+    }
+  }
+  return nbytes;
+}
+
 }  // namespace
 
 ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype) {
   auto dt = to_dtype(dtype);
   auto sh = to_shape(shape);
-  size_t count = 1;
-  for (auto d : sh) {
-    if (d < 0) throw std::invalid_argument("negative dimension in shape");
-    count *= static_cast<size_t>(d);
-  }
-  size_t nbytes = count * dt.size();
+  size_t nbytes = byte_size(sh, dt);
   if (nbytes != data.size()) {
     throw std::invalid_argument("data has " + std::to_string(data.size()) + " bytes, shape and dtype need " +
                                 std::to_string(nbytes));
@@ -87,6 +95,94 @@ ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int
   auto buffer = mx::allocator::malloc(nbytes);
   if (nbytes > 0) std::memcpy(buffer.buffer().raw_ptr(), data.data(), nbytes);
   return wrap(mx::array(std::move(buffer), std::move(sh), dt));
+}
+
+// Zero-copy arrays over memory MLX did not allocate (Rust's `Bytes`, e.g. a
+// bundle's read-only memory map).
+//
+// MLX 0.32's CPU-only build cannot wrap external memory: `make_buffer` returns
+// nullptr there, so `mx::array(void*, shape, dtype, deleter)` copies. Its
+// CommonAllocator (mlx/backend/no_gpu/allocator.cpp) lays every allocation out
+// as one `size_t` (the size) followed by the data: `Buffer{ptr}` and
+// `Buffer::raw_ptr() == (size_t*)ptr + 1`. So an array over data at `p` is
+// `mx::array(Data(Buffer(p - sizeof(size_t)), deleter), shape, dtype)`. Why
+// that is safe with MLX 0.32.4 (read in its shipped headers and in MLX's
+// source at 0.32.2, the newest we have; the probe below re-checks the parts
+// that differ between them at run time):
+//  - `Data(Buffer, Deleter)` is MLX's public constructor for memory it does
+//    not own (`is_owned() == false`): when the last array sharing it goes,
+//    `~Data` calls our deleter, never `allocator().free`, so the buffer never
+//    reaches MLX's free list or buffer cache.
+//  - Data reads go through `raw_ptr()` (+ the array's offset): only our bytes.
+//  - The header word at `p - 8` is read only by `allocator().size(buffer)`,
+//    i.e. `array::buffer_size()`. MLX's CPU code calls it in two places: the
+//    donation check `is_donatable(in, out)` (backend/common/utils.h), after
+//    `in.is_donatable()`, which is false for non-owned data; and
+//    `Contiguous::eval_cpu`, which uses it only to choose between sharing the
+//    input buffer and copying it, both correct for any value. The Rust side
+//    passes those 8 bytes as the start of `region`, inside the borrowed
+//    `Bytes`, so the read stays in bounds; the value is whatever the bytes hold
+//    (a bundle's alignment padding or the end of the previous tensor).
+//  - MLX never writes into it: outputs go to `allocator::malloc`ed buffers
+//    unless an input is donated (`is_donatable()`: one reference to the array
+//    and to its data, and owned data: the last condition is in 0.32.4, not
+//    yet in 0.32.2), and our kernels never write into their inputs. Bundles
+//    are mapped read-only (PROT_READ, MAP_PRIVATE): a write would fault,
+//    never change the file.
+//  - Lifetime: `owner` (a clone of the Rust `Bytes`) lives in the deleter, so
+//    the memory stays mapped until MLX releases the last array using the
+//    buffer: clones, views that share it (reshape, slice, contiguous), and
+//    pending graph nodes (their inputs hold the array; the CPU encoder holds
+//    input buffers until a task has run).
+// `borrowing_supported()` checks the layout and the donation rule at run time
+// (once), so a build with another allocator (CUDA, Metal) or an MLX that
+// changed them falls back to copying.
+bool borrowing_supported() {
+  static const bool supported = [] {
+    auto probe = mx::allocator::malloc(4 * sizeof(float));
+    auto buffer = probe.buffer();
+    auto* base = static_cast<char*>(buffer.ptr());
+    // The CPU allocator's layout: the data one size_t past the buffer pointer.
+    if (base == nullptr || static_cast<char*>(buffer.raw_ptr()) != base + sizeof(size_t)) return false;
+    // ... whose size() is that header word.
+    if (mx::allocator::allocator().size(buffer) != *reinterpret_cast<const size_t*>(base)) return false;
+    // Arrays over non-owned data are never donated (never written into).
+    mx::array borrowed(mx::allocator::Data(buffer, [](mx::allocator::Buffer) {}), mx::Shape{4}, mx::float32);
+    return !borrowed.is_donatable();
+  }();
+  return supported;
+}
+
+ArrayPtr array_from_shared(rust::Slice<const uint8_t> region, rust::Box<SharedBytes> owner,
+                           rust::Slice<const int32_t> shape, uint8_t dtype) {
+  if (!borrowing_supported()) throw std::logic_error("this MLX allocator cannot borrow memory");
+  auto dt = to_dtype(dtype);
+  auto sh = to_shape(shape);
+  size_t nbytes = byte_size(sh, dt);
+  if (nbytes == 0 || region.size() != sizeof(size_t) + nbytes) {
+    throw std::invalid_argument("borrowed region has " + std::to_string(region.size()) + " bytes, expected " +
+                                std::to_string(sizeof(size_t)) + " + " + std::to_string(nbytes));
+  }
+  // MLX takes a mutable pointer but never writes through it (see above).
+  auto* header = const_cast<uint8_t*>(region.data());
+  if (reinterpret_cast<uintptr_t>(header + sizeof(size_t)) % dt.size() != 0) {
+    throw std::invalid_argument("borrowed data is not aligned to its dtype");
+  }
+  // std::function needs a copyable callable: share the (move-only) Box.
+  auto keep = std::make_shared<rust::Box<SharedBytes>>(std::move(owner));
+  mx::allocator::Data data(mx::allocator::Buffer(header), [keep](mx::allocator::Buffer) mutable { keep.reset(); });
+  return wrap(mx::array(std::move(data), std::move(sh), dt));
+}
+
+bool is_borrowed(const Array& a) {
+  const auto& data = a.inner.data_shared_ptr();
+  return data != nullptr && !data->is_owned();
+}
+
+size_t data_address(const Array& a) {
+  auto c = a.inner;
+  c.eval();
+  return reinterpret_cast<uintptr_t>(c.data<uint8_t>());
 }
 
 ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype) {

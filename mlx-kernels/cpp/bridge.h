@@ -27,8 +27,15 @@ class ArrayList {
 
 using ArrayPtr = std::unique_ptr<Array>;
 
+/// Rust's owner of borrowed bytes (src/ffi.rs); dropped with its rust::Box.
+struct SharedBytes;
+
 // Construction and inspection.
 ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype);
+ArrayPtr array_from_shared(rust::Slice<const uint8_t> region, rust::Box<SharedBytes> owner, rust::Slice<const int32_t> shape, uint8_t dtype);
+bool borrowing_supported();
+bool is_borrowed(const Array& a);
+size_t data_address(const Array& a);
 ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype);
 ArrayPtr arange(double start, double stop, double step, uint8_t dtype);
 ArrayPtr clone_array(const Array& a);

@@ -1,10 +1,15 @@
 //! The owning, safe handle to an MLX array.
 
+use bytes::Bytes;
 use cxx::UniquePtr;
 
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::ffi::bridge;
+use crate::ffi::{SharedBytes, bridge};
+
+/// The size header MLX's CPU allocator keeps before each buffer's data (a
+/// C `size_t`): a borrowed buffer's header is the word before its data.
+const BUFFER_HEADER: usize = std::mem::size_of::<usize>();
 
 /// An MLX array: a node of MLX's lazy computation graph with a dtype and a
 /// shape. Operations build the graph; [`Array::eval`] (or reading the data)
@@ -69,6 +74,78 @@ impl Array {
     /// The byte count must equal the shape's element count times the dtype size.
     pub fn from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
         wrap("array", bridge::array_from_bytes(bytes, shape, dtype.code()))
+    }
+
+    /// An array over `buffer[offset..offset + n]` (`n` = elements × dtype
+    /// size, little-endian elements of `dtype`) that borrows those bytes
+    /// instead of copying them when it can.
+    ///
+    /// A borrowed array's data *is* `buffer`'s memory, and a clone of
+    /// `buffer` (a reference count, not a copy) stays with the MLX buffer
+    /// until the last array using it is gone: this array, its clones, views
+    /// that share its memory (reshapes, slices) and graph nodes not yet
+    /// evaluated. So the memory outlives every reader even when the caller
+    /// drops `buffer` at once; for a memory-mapped file, the mapping stays
+    /// until the model's last weight is dropped. MLX never writes into a
+    /// borrowed buffer: it writes only into buffers it allocated, or inputs it
+    /// may donate, and it never donates memory it does not own.
+    ///
+    /// It borrows when MLX's allocator allows it ([`crate::memory::can_borrow`]:
+    /// the CPU build), the range is non-empty, the data is aligned for
+    /// `dtype`, and `offset >= 8`: MLX's CPU allocator reads a size word just
+    /// before a buffer's data, and that word must lie inside `buffer` too (a
+    /// bundle's tensors start at 16 KiB multiples, so they qualify). Otherwise
+    /// it copies, like [`Array::from_bytes`]. [`Array::is_borrowed`] tells
+    /// which happened.
+    ///
+    /// Errors when the range does not lie inside `buffer` or `shape` has a
+    /// negative or too large dimension.
+    pub fn from_shared_bytes(buffer: &Bytes, offset: usize, shape: &[i32], dtype: Dtype) -> Result<Array> {
+        const OP: &str = "from_shared_bytes";
+        let nbytes = shape
+            .iter()
+            .try_fold(dtype.size(), |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)))
+            .ok_or_else(|| Error::invalid(OP, format!("shape {shape:?} has a negative or too large dimension")))?;
+        let end = offset.checked_add(nbytes).filter(|&end| end <= buffer.len()).ok_or_else(|| {
+            Error::invalid(OP, format!("{nbytes} bytes at offset {offset} overrun the {}-byte buffer", buffer.len()))
+        })?;
+        let data = &buffer[offset..end];
+        let borrowable = nbytes > 0
+            && offset >= BUFFER_HEADER
+            && data.as_ptr().addr().is_multiple_of(dtype.size())
+            && bridge::borrowing_supported();
+        if !borrowable {
+            return Array::from_bytes(data, shape, dtype);
+        }
+        // The size word MLX may read, then the data.
+        let region = &buffer[offset - BUFFER_HEADER..end];
+        let owner = Box::new(SharedBytes::new(buffer.clone()));
+        // SAFETY: C++ keeps `region`'s address in the MLX buffer after this
+        // call returns, and keeps `owner` in that buffer's deleter until MLX
+        // releases the buffer. `owner` is a clone of `buffer`: `Bytes` clones
+        // share one allocation (or mapping) that neither moves nor changes
+        // while any clone lives, and `region` lies inside it (checked above).
+        // So the address stays valid and the bytes unchanged for as long as
+        // MLX can read them. MLX only reads them (see `array_from_shared` in
+        // cpp/bridge.cc, and `borrowing_supported`, which checked that
+        // non-owned buffers are never donated).
+        let made = unsafe { bridge::array_from_shared(region, owner, shape, dtype.code()) };
+        wrap(OP, made)
+    }
+
+    /// Whether the array's data lives in memory MLX did not allocate: an
+    /// array that [`Array::from_shared_bytes`] made without copying, or an
+    /// evaluated view sharing its memory. False for an unevaluated array.
+    pub fn is_borrowed(&self) -> bool {
+        bridge::is_borrowed(&self.inner)
+    }
+
+    /// Evaluates the array and returns the address of its first element.
+    /// Arrays that share memory report the same address; a borrowed array
+    /// reports the address of its bytes in the source buffer (compare with
+    /// `Bytes::as_ptr`).
+    pub fn data_address(&self) -> Result<usize> {
+        bridge::data_address(&self.inner).map_err(|e| Error::mlx("data_address", e))
     }
 
     /// A zero-dimensional array.

@@ -2,8 +2,34 @@
 //! `Result`, so C++ exceptions arrive as `cxx::Exception`; the safe layer in
 //! `array.rs` and `ops.rs` is the only user of this module.
 
+use bytes::Bytes;
+
+/// What keeps the memory behind a borrowed MLX buffer alive: a clone of the
+/// [`Bytes`] the array was made from. C++ holds it (as a `rust::Box`) in the
+/// MLX buffer's deleter and drops it, through cxx's `Box` drop glue, when MLX
+/// releases the buffer, possibly on one of MLX's stream threads.
+pub(crate) struct SharedBytes {
+    _bytes: Bytes,
+}
+
+impl SharedBytes {
+    pub(crate) fn new(bytes: Bytes) -> SharedBytes {
+        SharedBytes { _bytes: bytes }
+    }
+}
+
+// MLX may drop the owner on another thread than the one that created it.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<SharedBytes>();
+};
+
 #[cxx::bridge(namespace = "mlxcel")]
 pub(crate) mod bridge {
+    extern "Rust" {
+        type SharedBytes;
+    }
+
     unsafe extern "C++" {
         include!("mlxcel-mlx/cpp/bridge.h");
 
@@ -11,6 +37,24 @@ pub(crate) mod bridge {
         type ArrayList;
 
         fn array_from_bytes(data: &[u8], shape: &[i32], dtype: u8) -> Result<UniquePtr<Array>>;
+        /// An array whose data is `region` minus its first `size_of::<usize>()`
+        /// bytes (MLX's CPU allocator reads that word as the buffer's size
+        /// header), without a copy. Refuses (throws) unless
+        /// `borrowing_supported()` and the data is non-empty and aligned.
+        ///
+        /// # Safety
+        /// MLX keeps reading `region` after the call: it must stay valid and
+        /// unchanged for as long as `owner` lives (C++ drops `owner` when MLX
+        /// releases the buffer).
+        unsafe fn array_from_shared(
+            region: &[u8],
+            owner: Box<SharedBytes>,
+            shape: &[i32],
+            dtype: u8,
+        ) -> Result<UniquePtr<Array>>;
+        fn borrowing_supported() -> bool;
+        fn is_borrowed(a: &Array) -> bool;
+        fn data_address(a: &Array) -> Result<usize>;
         fn full(shape: &[i32], value: f64, dtype: u8) -> Result<UniquePtr<Array>>;
         fn arange(start: f64, stop: f64, step: f64, dtype: u8) -> Result<UniquePtr<Array>>;
         fn clone_array(a: &Array) -> UniquePtr<Array>;

@@ -26,3 +26,11 @@ pub fn cache() -> usize {
 pub fn clear_cache() {
     bridge::clear_cache()
 }
+
+/// Whether arrays can borrow memory MLX did not allocate (zero-copy
+/// [`crate::Array::from_shared_bytes`]). True on the CPU build, whose
+/// allocator is probed once for the buffer layout this relies on; false on
+/// the CUDA build, where such arrays are copies.
+pub fn can_borrow() -> bool {
+    bridge::borrowing_supported()
+}

@@ -1,11 +1,11 @@
-//! Opening a bundle: map it, validate it, copy its tensors into MLX arrays,
-//! build the architecture, and load the tokenizer, chat template and
-//! generation defaults.
+//! Opening a bundle: map it, validate it, wrap its tensors in MLX arrays
+//! (borrowing the map, not copying it), build the architecture, and load the
+//! tokenizer, chat template and generation defaults.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR};
+use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, kinds};
 use mlxcel_mlx::{Array, Device, Dtype, QuantMode};
 use serde_json::Value;
 
@@ -114,9 +114,15 @@ fn quant_mode(mode: &str) -> Option<QuantMode> {
 }
 
 /// The tensors of `bundle` as MLX arrays, with quantized weights marked.
+///
+/// The arrays borrow the bundle's read-only map instead of copying it where
+/// MLX allows (the CPU build: [`Array::from_shared_bytes`]); each keeps the
+/// map alive, so the weights stay valid after `bundle` is dropped. Pages are
+/// read from the file on first use (the first forward pass), not here.
 pub fn weights_from_bundle(bundle: &Bundle, compute_dtype: Dtype) -> Result<(Weights, u64)> {
     let mut weights = Weights::new(compute_dtype);
     let mut bytes = 0u64;
+    let file = bundle.shared_bytes();
     for t in bundle.tensors() {
         let name = t.name();
         let bad = |message: String| Error::Weight { name: name.to_string(), message };
@@ -129,7 +135,8 @@ pub fn weights_from_bundle(bundle: &Bundle, compute_dtype: Dtype) -> Result<(Wei
             .iter()
             .map(|&d| i32::try_from(d).map_err(|_| bad(format!("dimension {d} is too large"))))
             .collect::<Result<Vec<i32>>>()?;
-        weights.insert(name, Array::from_bytes(t.data(), &shape, dtype)?);
+        let offset = usize::try_from(t.offset()).map_err(|_| bad(format!("offset {} is too large", t.offset())))?;
+        weights.insert(name, Array::from_shared_bytes(&file, offset, &shape, dtype)?);
         bytes += t.byte_len();
         if let Some(q) = t.quantization() {
             let prefix = name
@@ -155,7 +162,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
     let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
     let architecture = bundle.architecture().to_string();
-    // Refuse an unknown architecture before copying any weight.
+    // Refuse an unknown architecture before loading any weight.
     if !models::SUPPORTED.contains(&canonical_architecture(&architecture)) {
         return Err(Error::UnsupportedArchitecture { found: architecture, supported: models::SUPPORTED.to_vec() });
     }
@@ -167,7 +174,8 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     };
     let tokenizer_json =
         bundle.tokenizer_json().ok_or_else(|| Error::Bundle("the bundle has no tokenizer section".into()))?;
-    let compiled_tokenizer = bundle.compiled_tokenizer();
+    // Borrowed from the map, like the weights: Gemma 3's section is 28 MB.
+    let compiled_tokenizer = bundle.shared_section(kinds::TOKENIZER, kinds::TOKENIZER_COMPILED_KEY, "");
     // The tokenizer loads while the weights are copied.
     let (tokenizer, model_parts) = std::thread::scope(|s| {
         let eos = defaults.eos_token_ids.clone();
@@ -199,9 +207,14 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
 
 /// The bundle's compiled tokenizer when it has one this build reads, else
 /// `tokenizer.json` through `tokenizers` (a hundred milliseconds to a second).
-fn load_tokenizer(compiled: Option<&[u8]>, json: &[u8], eos: Vec<u32>, bos: Option<u32>) -> Result<Tokenizer> {
+fn load_tokenizer(
+    compiled: Option<impl AsRef<[u8]> + Send + Sync + 'static>,
+    json: &[u8],
+    eos: Vec<u32>,
+    bos: Option<u32>,
+) -> Result<Tokenizer> {
     if let Some(section) = compiled {
-        match Tokenizer::from_compiled(section.to_vec(), eos.clone(), bos) {
+        match Tokenizer::from_compiled(section, eos.clone(), bos) {
             Ok(t) => return Ok(t),
             // A newer compiler's layout: tokenizer.json still says the same.
             Err(mlxcel_tokenizer::TokenizerError::UnsupportedVersion { .. }) => {}

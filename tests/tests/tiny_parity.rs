@@ -12,10 +12,11 @@
 
 use mlxcel_mlx::{Array, Dtype};
 use mlxcel_runtime::backend::{Backend, MlxBackend, MlxOptions};
+use mlxcel_runtime::loader::{LoadOptions, load, weights_from_bundle};
 use mlxcel_runtime::models;
 use mlxcel_runtime::sampler::argmax;
 use mlxcel_runtime::weights::Weights;
-use mlxcel_tests::{load_mlx_lm_weights, read_json, run_reference_script};
+use mlxcel_tests::{load_mlx_lm_weights, read_json, run_reference_script, tiny_bundle};
 
 fn check(arch: &str, bits: u32) {
     let dir = tempfile::tempdir().unwrap();
@@ -79,6 +80,38 @@ parity! {
     gemma3_f32: "gemma3", 0;
     gemma3_q4: "gemma3", 4;
     phi3_f32: "phi3", 0;
+}
+
+/// Weights loaded from a bundle borrow its map (where MLX allows it), hold
+/// exactly the file's bytes after the `Bundle` is gone, and the model loaded
+/// from the bundle computes mlx-lm's logits.
+#[test]
+fn bundle_weights_borrow_the_map_and_match_mlx_lm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_bundle(dir.path(), "llama", 4);
+    let borrows = mlxcel_mlx::memory::can_borrow();
+
+    let bundle = mlxcel_bundle::Bundle::open(&path).unwrap();
+    let (weights, bytes) = weights_from_bundle(&bundle, Dtype::F32).unwrap();
+    let expected: Vec<(String, Vec<u8>)> =
+        bundle.tensors().map(|t| (t.name().to_string(), t.data().to_vec())).collect();
+    assert_eq!(bytes, expected.iter().map(|(_, b)| b.len() as u64).sum::<u64>());
+    drop(bundle);
+    for (name, data) in &expected {
+        let a = weights.raw(name).unwrap();
+        assert_eq!(a.is_borrowed(), borrows, "{name}");
+        assert_eq!(&a.to_bytes().unwrap(), data, "{name}");
+    }
+
+    let reference = read_json(&dir.path().join("source/reference.json"));
+    let prompt: Vec<u32> = reference["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let want: Vec<f32> =
+        reference["prompt_logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let mut model = load(&path, &LoadOptions::default()).unwrap();
+    let seq = model.backend.new_sequence();
+    let logits = model.backend.prefill(seq, &prompt, true).unwrap().unwrap();
+    let max_diff = logits.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max_diff < 1e-4, "logits from the bundle differ by {max_diff}");
 }
 
 #[test]
