@@ -35,7 +35,7 @@ struct Piece {
 }
 
 /// Splits `text` at `pattern`'s matches as `tokenizers`' `NormalizedString::split`.
-fn split_with(text: &str, matches: &[(usize, usize, bool)], behavior: Behavior) -> Vec<(usize, usize)> {
+fn split_with(matches: &[(usize, usize, bool)], behavior: Behavior) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = Vec::with_capacity(matches.len());
     match behavior {
         Behavior::Isolated => out.extend(matches.iter().map(|&(s, e, _)| (s, e))),
@@ -72,7 +72,6 @@ fn split_with(text: &str, matches: &[(usize, usize, bool)], behavior: Behavior) 
             out.reverse();
         }
     }
-    let _ = text;
     out
 }
 
@@ -153,7 +152,7 @@ impl Tokenizer {
             }
             let mut pieces = vec![Piece { text: piece, origin: start, byte_level: false }];
             for (pre, splitter) in pipeline.pre_tokenizers.iter().zip(&self.splitters) {
-                pieces = pieces.into_iter().flat_map(|p| self.pre_tokenize(pre, splitter.regex.as_ref(), p)).collect();
+                pieces = pieces.into_iter().flat_map(|p| self.pre_tokenize(pre, splitter.as_ref(), p)).collect();
             }
             for p in &pieces {
                 self.bpe(p, &mut ids)?;
@@ -208,7 +207,7 @@ impl Tokenizer {
         match pre {
             PreTokenizer::Split { pattern, behavior } => {
                 let matches = find_matches(&piece.text, pattern, regex);
-                sub(&piece, split_with(&piece.text, &matches, *behavior))
+                sub(&piece, split_with(&matches, *behavior))
             }
             PreTokenizer::ByteLevel { add_prefix_space, use_regex } => {
                 let mut piece = piece;
@@ -217,7 +216,7 @@ impl Tokenizer {
                 }
                 let mut pieces = if *use_regex {
                     let matches = find_matches(&piece.text, &SplitPattern::Regex(String::new()), regex);
-                    sub(&piece, split_with(&piece.text, &matches, Behavior::Isolated))
+                    sub(&piece, split_with(&matches, Behavior::Isolated))
                 } else {
                     vec![piece]
                 };
@@ -241,7 +240,7 @@ impl Tokenizer {
                 }
                 if *split {
                     let matches = find_matches(&piece.text, &SplitPattern::Literal(rep.to_string()), None);
-                    sub(&piece, split_with(&piece.text, &matches, Behavior::MergedWithNext))
+                    sub(&piece, split_with(&matches, Behavior::MergedWithNext))
                 } else {
                     vec![piece]
                 }
@@ -378,7 +377,6 @@ impl Tokenizer {
     }
 
     fn spell_byte_level(&self, text: &str) -> String {
-        let table = bytes_to_unicode();
-        text.bytes().map(|b| table[b as usize]).collect()
+        text.bytes().map(|b| self.stand_ins[b as usize]).collect()
     }
 }

@@ -53,17 +53,12 @@ pub fn compile(tokenizer_json: &[u8]) -> Result<Vec<u8>> {
     tables::write(&pipeline, &bpe.vocab, &merges)
 }
 
-/// A compiled regex of a split pre-tokenizer.
-struct Splitter {
-    regex: Option<onig::Regex>,
-}
-
 /// The tokenizer of a compiled section.
 pub struct Tokenizer {
     data: Box<dyn AsRef<[u8]> + Send + Sync>,
     layout: Layout,
     /// The regex of each pre-tokenizer (`None` where it has none).
-    splitters: Vec<Splitter>,
+    splitters: Vec<Option<onig::Regex>>,
     /// Added tokens by text, and the text lengths to try, longest first, by first byte.
     added_by_text: HashMap<String, u32>,
     added_lengths: HashMap<u8, Vec<usize>>,
@@ -75,6 +70,8 @@ pub struct Tokenizer {
     byte_tokens: [Option<u32>; 256],
     /// The id of each byte's byte-level stand-in character.
     byte_level_ids: [Option<u32>; 256],
+    /// Each byte's byte-level stand-in character.
+    stand_ins: [char; 256],
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -101,14 +98,10 @@ impl Tokenizer {
             .pipeline
             .pre_tokenizers
             .iter()
-            .map(|p| {
-                Ok(Splitter {
-                    regex: match p {
-                        PreTokenizer::Split { pattern: SplitPattern::Regex(r), .. } => Some(compile_regex(r)?),
-                        PreTokenizer::ByteLevel { use_regex: true, .. } => Some(compile_regex(GPT2_REGEX)?),
-                        _ => None,
-                    },
-                })
+            .map(|p| match p {
+                PreTokenizer::Split { pattern: SplitPattern::Regex(r), .. } => compile_regex(r).map(Some),
+                PreTokenizer::ByteLevel { use_regex: true, .. } => compile_regex(GPT2_REGEX).map(Some),
+                _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
         let mut added_by_text = HashMap::new();
@@ -146,6 +139,7 @@ impl Tokenizer {
             special_texts,
             byte_tokens,
             byte_level_ids,
+            stand_ins,
         })
     }
 
