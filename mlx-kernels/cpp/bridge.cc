@@ -515,6 +515,17 @@ ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, 
   return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, std::string(mask_mode), opt(mask), to_path(path)));
 }
 
+std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, std::unique_ptr<Array> freqs,
+                                                 int32_t dims, bool traditional, float base, float rope_scale,
+                                                 int32_t offset, int32_t slot, int32_t visible, bool causal,
+                                                 float scale, uint8_t path) {
+  const auto& a = arrays.items;
+  if (a.size() != 5) throw std::invalid_argument("cached_attention takes q, k, v and the two cache buffers");
+  fast::RopeSpec rope{dims, traditional, base, rope_scale, opt(freqs)};
+  fast::CacheSlot cache{a[3], a[4], slot, visible, causal};
+  return wrap_list(fast::cached_attention(a[0], a[1], a[2], rope, offset, cache, scale, to_path(path)));
+}
+
 ArrayPtr fast_merge_heads(const Array& x, uint8_t path) { return wrap(fast::merge_heads(x.inner, to_path(path))); }
 
 ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path) {

@@ -116,6 +116,7 @@ ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps,
 ArrayPtr fast_add(const Array& a, const Array& b, uint8_t path);
 ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs, uint8_t path);
 ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, uint8_t path);
+std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, std::unique_ptr<Array> freqs, int32_t dims, bool traditional, float base, float rope_scale, int32_t offset, int32_t slot, int32_t visible, bool causal, float scale, uint8_t path);
 ArrayPtr fast_merge_heads(const Array& x, uint8_t path);
 ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path);
 int32_t kernels_threads();

@@ -21,6 +21,7 @@
 //! | [`add`] | a residual added to a pending [`quantized_linear`] (fused into it); MLX's `add` otherwise |
 //! | [`rope`] | f32 `[.., L, D]`, even `dims ≤ D`, a base or explicit wavelengths, offset ≥ 0 |
 //! | [`scaled_dot_product_attention`] | f32 `[B, H, L, D]`, grouped-query heads, causal, boolean or f32 additive masks |
+//! | [`cached_attention`] | f32 q, k, v and cache buffers; rope as [`rope`]; one step's rope, cache write and attention in one node |
 //! | [`gated_activation`] | f32 `silu(a) * b` and `gelu_tanh(a) * b`, equal shapes |
 //!
 //! Graphs built from these functions are also fused where our own nodes meet:
@@ -333,6 +334,55 @@ impl Fast {
         )
     }
 
+    /// One attention step over a layer's KV cache: rotates `q [B, H, L, D]`
+    /// and `k [B, KVH, L, D]` for positions `offset..`, writes the rotated
+    /// keys and `v` into the cache buffers at `cache.slot`, and attends the
+    /// queries over the first `cache.visible` positions of the buffers.
+    /// Returns the attention with heads merged, `[B, L, H·Dv]`, and the
+    /// updated buffers.
+    ///
+    /// On the CPU this is one node that writes the buffers in place (when
+    /// nothing else holds them, as MLX's `slice_update` does); otherwise it is
+    /// [`Fast::rope`], `slice_update` and [`Fast::scaled_dot_product_attention`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn cached_attention(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        rope: &RopeSpec<'_>,
+        offset: usize,
+        cache: &CacheSlot<'_>,
+        scale: f32,
+    ) -> Result<CachedAttention> {
+        let int = |name: &str, n: usize| {
+            i32::try_from(n).map_err(|_| Error::invalid("cached_attention", format!("{name} {n} is too large")))
+        };
+        let arrays = to_list(&[q, k, v, cache.keys, cache.values]);
+        let mut parts = from_list(
+            "cached_attention",
+            bridge::fast_cached_attention(
+                &arrays,
+                opt(rope.freqs),
+                rope.dims,
+                rope.traditional,
+                rope.base,
+                rope.scale,
+                int("offset", offset)?,
+                int("slot", cache.slot)?,
+                int("visible", cache.visible)?,
+                cache.causal,
+                scale,
+                self.path.code(),
+            ),
+        )?
+        .into_iter();
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(out), Some(keys), Some(values)) => Ok(CachedAttention { out, keys, values }),
+            _ => Err(Error::invalid("cached_attention", "MLX returned fewer than three arrays")),
+        }
+    }
+
     /// `[B, H, L, D]` → `[B, L, H·D]`: attention's heads merged for the output
     /// projection. Free when `x` is mlxcel's attention node not yet computed
     /// (it then writes that layout itself); MLX's transpose and reshape otherwise.
@@ -348,6 +398,61 @@ impl Fast {
         };
         wrap(name, bridge::fast_gated_activation(kind, &a.inner, &b.inner, self.path.code()))
     }
+}
+
+/// A rotary embedding's parameters, as [`Fast::rope`] takes them.
+#[derive(Clone, Copy)]
+pub struct RopeSpec<'a> {
+    /// Rotated features (the first `dims` of each head).
+    pub dims: i32,
+    /// Rotates adjacent pairs instead of the two halves.
+    pub traditional: bool,
+    /// Wavelengths `base^(2i/dims)` (ignored with `freqs`).
+    pub base: f32,
+    /// Multiplies positions.
+    pub scale: f32,
+    /// Explicit wavelengths, `dims / 2` of them.
+    pub freqs: Option<&'a Array>,
+}
+
+/// Where one attention step's keys and values go in a layer's KV cache
+/// buffers, and which buffer positions its queries see.
+pub struct CacheSlot<'a> {
+    /// Key buffer, `[batch, kv_heads, capacity, head_dim]`.
+    pub keys: &'a Array,
+    /// Value buffer, `[batch, kv_heads, capacity, value_dim]`.
+    pub values: &'a Array,
+    /// First position the step's keys and values are written to.
+    pub slot: usize,
+    /// The queries attend over buffer positions `0..visible`.
+    pub visible: usize,
+    /// Query `i` of `L` sees positions up to `visible - L + i` (needs
+    /// `slot + L == visible`); otherwise every query sees all visible ones.
+    pub causal: bool,
+}
+
+/// What [`Fast::cached_attention`] returns.
+pub struct CachedAttention {
+    /// The attention output with heads merged, `[batch, queries, heads · value_dim]`.
+    pub out: Array,
+    /// The key buffer with the step's keys written.
+    pub keys: Array,
+    /// The value buffer with the step's values written.
+    pub values: Array,
+}
+
+/// [`Fast::cached_attention`] on the [`default_path`].
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    rope: &RopeSpec<'_>,
+    offset: usize,
+    cache: &CacheSlot<'_>,
+    scale: f32,
+) -> Result<CachedAttention> {
+    on(default_path()).cached_attention(q, k, v, rope, offset, cache, scale)
 }
 
 /// [`Fast::quantized_linear`] on the [`default_path`].

@@ -230,6 +230,21 @@ pub(crate) mod bridge {
             mask: UniquePtr<Array>,
             path: u8,
         ) -> Result<UniquePtr<Array>>;
+        #[allow(clippy::too_many_arguments)]
+        fn fast_cached_attention(
+            arrays: &ArrayList,
+            freqs: UniquePtr<Array>,
+            dims: i32,
+            traditional: bool,
+            base: f32,
+            rope_scale: f32,
+            offset: i32,
+            slot: i32,
+            visible: i32,
+            causal: bool,
+            scale: f32,
+            path: u8,
+        ) -> Result<UniquePtr<ArrayList>>;
         fn fast_merge_heads(x: &Array, path: u8) -> Result<UniquePtr<Array>>;
         fn fast_gated_activation(kind: u8, a: &Array, b: &Array, path: u8) -> Result<UniquePtr<Array>>;
         fn kernels_threads() -> i32;

@@ -480,6 +480,120 @@ fn attention_matches_mlx_masks_gqa_and_strides() {
     }
 }
 
+/// One attention step over a cache buffer (rope, cache write, attention in
+/// one node) against MLX's rope, slice_update and attention: decode into a
+/// growing buffer and into a full ring, causal prefill chunks, grouped-query
+/// heads, partial and traditional rotations, explicit wavelengths.
+#[test]
+fn cached_attention_matches_mlx() {
+    init();
+    let (mut rng, _) = rng("cached_attention_matches_mlx");
+    let (b, cap) = (2i32, 33i32);
+    let freqs = arr(&uniform(&mut rng, 16, 1.0, 5000.0), &[16]);
+    // (queries, slot, visible, causal)
+    let steps = [(1i32, 20usize, 21usize, false), (1, 5, 33, false), (7, 13, 20, true), (5, 0, 5, true)];
+    for (h, kvh) in [(6i32, 2i32), (3, 3)] {
+        for dim in [64i32, 40] {
+            for (l, slot, visible, causal) in steps {
+                for (dims, traditional, use_freqs) in [(dim, false, false), (32, true, false), (32, false, true)] {
+                    let q = arr(&normal(&mut rng, (b * l * h * dim) as usize), &[b, l, h, dim])
+                        .transpose(&[0, 2, 1, 3])
+                        .unwrap();
+                    let k = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
+                    let v = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
+                    let kbuf = arr(&normal(&mut rng, (b * kvh * cap * dim) as usize), &[b, kvh, cap, dim]);
+                    let vbuf = arr(&normal(&mut rng, (b * kvh * cap * dim) as usize), &[b, kvh, cap, dim]);
+                    let (kb0, vb0) = (vals(&kbuf), vals(&vbuf));
+                    let rope = fast::RopeSpec {
+                        dims,
+                        traditional,
+                        base: 10000.0,
+                        scale: 1.0,
+                        freqs: use_freqs.then_some(&freqs),
+                    };
+                    let offset = 40 + slot;
+                    let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot, visible, causal };
+                    let scale = 1.0 / (dim as f32).sqrt();
+                    let want = mlx().cached_attention(&q, &k, &v, &rope, offset, &cache, scale).unwrap();
+                    let (want_out, want_k, want_v) = (vals(&want.out), vals(&want.keys), vals(&want.values));
+                    let what = format!("h={h}/{kvh} d={dim} l={l} slot={slot} visible={visible} dims={dims}");
+                    each_config(|cfg| {
+                        let got = kernel().cached_attention(&q, &k, &v, &rope, offset, &cache, scale).unwrap();
+                        assert_eq!(fast::pending_ops(&[&got.out]), vec!["MlxcelCachedAttention".to_string()]);
+                        assert_eq!(got.out.shape(), vec![b, l, h * dim]);
+                        // Keys: RoPE as in rope_matches_mlx_every_variant;
+                        // values and the untouched positions are copies.
+                        assert_close(&format!("{cfg} {what} keys"), &vals(&got.keys), &want_k, 4.0 * EPS, 1e-6);
+                        assert_eq!(vals(&got.values), want_v, "{cfg} {what} values");
+                        // As attention_matches_mlx_masks_gqa_and_strides (|v| ≲ 5).
+                        assert_close(&format!("{cfg} {what} out"), &vals(&got.out), &want_out, 0.0, 1e-4);
+                    });
+                    // The test still holds the buffers: they were copied, not written.
+                    assert_eq!(vals(&kbuf), kb0, "{what}: a shared key buffer was written");
+                    assert_eq!(vals(&vbuf), vb0, "{what}: a shared value buffer was written");
+                }
+            }
+        }
+    }
+}
+
+/// A cache buffer nothing else holds is written in place: no copy per step.
+#[test]
+fn cached_attention_updates_unshared_buffers_in_place() {
+    init();
+    let (mut rng, _) = rng("cached_attention_updates_unshared_buffers_in_place");
+    let (h, d, cap) = (4i32, 16i32, 64i32);
+    let mut kbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
+    let mut vbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
+    Array::eval_all(&[&kbuf, &vbuf]).unwrap();
+    let (k_addr, v_addr) = (kbuf.data_address().unwrap(), vbuf.data_address().unwrap());
+    let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
+    let mut values = Vec::new();
+    for pos in 0..5usize {
+        let q = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
+        let k = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
+        let v = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
+        values.push(vals(&v));
+        let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot: pos, visible: pos + 1, causal: false };
+        let step = kernel().cached_attention(&q, &k, &v, &rope, pos, &cache, 0.25).unwrap();
+        (kbuf, vbuf) = (step.keys, step.values);
+        Array::eval_all(&[&step.out, &kbuf, &vbuf]).unwrap();
+        assert_eq!(kbuf.data_address().unwrap(), k_addr, "step {pos}: the key buffer moved");
+        assert_eq!(vbuf.data_address().unwrap(), v_addr, "step {pos}: the value buffer moved");
+    }
+    // Every step's values are in their slots, [1, h, cap, d].
+    let all = vals(&vbuf);
+    for (pos, v) in values.iter().enumerate() {
+        for head in 0..h as usize {
+            let at = (head * cap as usize + pos) * d as usize;
+            assert_eq!(&all[at..at + d as usize], &v[head * d as usize..(head + 1) * d as usize], "slot {pos}");
+        }
+    }
+}
+
+/// Shapes that cannot be a cache step are errors on every path.
+#[test]
+fn cached_attention_rejects_inconsistent_steps() {
+    init();
+    let buf = Array::zeros(&[1, 2, 8, 16], Dtype::F32).unwrap();
+    let q = Array::zeros(&[1, 4, 2, 16], Dtype::F32).unwrap();
+    let kv = Array::zeros(&[1, 2, 2, 16], Dtype::F32).unwrap();
+    let rope = fast::RopeSpec { dims: 16, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
+    let cases =
+        [(7usize, 8usize, false, "do not fit"), (0, 9, false, "visible positions"), (2, 6, true, "causal step")];
+    for path in [kernel(), mlx()] {
+        for (slot, visible, causal, message) in cases {
+            let cache = fast::CacheSlot { keys: &buf, values: &buf, slot, visible, causal };
+            let err = path.cached_attention(&q, &kv, &kv, &rope, 0, &cache, 1.0).err().expect("an error");
+            assert!(err.to_string().contains(message), "{err}");
+        }
+        let wrong = Array::zeros(&[1, 3, 8, 16], Dtype::F32).unwrap();
+        let cache = fast::CacheSlot { keys: &wrong, values: &buf, slot: 0, visible: 2, causal: true };
+        let err = path.cached_attention(&q, &kv, &kv, &rope, 0, &cache, 1.0).err().expect("an error");
+        assert!(err.to_string().contains("cache buffers"), "{err}");
+    }
+}
+
 #[test]
 fn gated_activations_match_mlx() {
     init();

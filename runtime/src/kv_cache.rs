@@ -25,6 +25,22 @@ pub struct AttentionInputs {
     pub mask: MaskKind,
 }
 
+/// Where one step's keys and values go when they are written into the cache
+/// buffers in place, and which buffer positions the step's queries then see
+/// (what [`mlxcel_mlx::fast::cached_attention`] takes).
+pub struct CacheWrite {
+    /// The key buffer, `[batch, kv_heads, capacity, head_dim]`.
+    pub keys: Array,
+    /// The value buffer, `[batch, kv_heads, capacity, head_dim]`.
+    pub values: Array,
+    /// First buffer position written.
+    pub slot: usize,
+    /// The queries attend over buffer positions `0..visible`.
+    pub visible: usize,
+    /// Whether query `i` of the step sees only positions up to its own.
+    pub causal: bool,
+}
+
 /// The mask an attention call needs.
 pub enum MaskKind {
     /// Every query sees every key (one query against a window or a full past).
@@ -92,6 +108,29 @@ impl KvCache {
         }
     }
 
+    /// Makes room for a step of `keys, values: [batch, kv_heads, new,
+    /// head_dim]` written into the buffers in place (growing them as needed)
+    /// and says where. `None` when the step is not written in place: a
+    /// sliding-window prefill chunk, which attends over the cached window
+    /// and the chunk together ([`KvCache::update`]). Follow with
+    /// [`KvCache::commit`].
+    pub fn reserve(&mut self, keys: &Array, values: &Array) -> Result<Option<CacheWrite>> {
+        match self {
+            KvCache::Full(c) => c.reserve(keys, values).map(Some),
+            KvCache::Sliding(c) if positions(keys)? == 1 => c.reserve(keys, values).map(Some),
+            KvCache::Sliding(_) => Ok(None),
+        }
+    }
+
+    /// Keeps the buffers a reserved step of `new` positions wrote, and moves
+    /// the cache past them.
+    pub fn commit(&mut self, keys: Array, values: Array, new: usize) {
+        match self {
+            KvCache::Full(c) => c.commit(keys, values, new),
+            KvCache::Sliding(c) => c.commit(keys, values),
+        }
+    }
+
     /// Bytes held by the cache buffers.
     pub fn nbytes(&self) -> usize {
         let (k, v) = match self {
@@ -145,7 +184,7 @@ pub struct FullCache {
 }
 
 impl FullCache {
-    fn update(&mut self, keys: &Array, values: &Array) -> Result<AttentionInputs> {
+    fn reserve(&mut self, keys: &Array, values: &Array) -> Result<CacheWrite> {
         let new = positions(keys)?;
         let capacity = self.keys.as_ref().map_or(Ok(0), positions)?;
         if self.offset + new > capacity {
@@ -162,16 +201,28 @@ impl FullCache {
             self.keys = Some(k);
             self.values = Some(v);
         }
-        let (Some(k), Some(v)) = (&self.keys, &self.values) else {
+        // `commit` replaces the cache's references before the step is
+        // evaluated, so the step then holds the buffers' only references and
+        // writes them in place.
+        let (Some(keys), Some(values)) = (self.keys.clone(), self.values.clone()) else {
             return Err(Error::Config("KV cache buffers missing after growth".into()));
         };
-        let k = write_positions(k, keys, self.offset)?;
-        let v = write_positions(v, values, self.offset)?;
+        Ok(CacheWrite { keys, values, slot: self.offset, visible: self.offset + new, causal: new > 1 })
+    }
+
+    fn commit(&mut self, keys: Array, values: Array, new: usize) {
+        self.keys = Some(keys);
+        self.values = Some(values);
         self.offset += new;
-        let (ks, vs) = (slice_positions(&k, 0, self.offset)?, slice_positions(&v, 0, self.offset)?);
-        self.keys = Some(k);
-        self.values = Some(v);
-        let mask = if new > 1 { MaskKind::Causal } else { MaskKind::None };
+    }
+
+    fn update(&mut self, keys: &Array, values: &Array) -> Result<AttentionInputs> {
+        let w = self.reserve(keys, values)?;
+        let k = write_positions(&w.keys, keys, w.slot)?;
+        let v = write_positions(&w.values, values, w.slot)?;
+        let (ks, vs) = (slice_positions(&k, 0, w.visible)?, slice_positions(&v, 0, w.visible)?);
+        self.commit(k, v, positions(keys)?);
+        let mask = if w.causal { MaskKind::Causal } else { MaskKind::None };
         Ok(AttentionInputs { keys: ks, values: vs, mask })
     }
 }
@@ -239,7 +290,8 @@ impl SlidingCache {
         Ok(AttentionInputs { keys: all_k, values: all_v, mask: MaskKind::Explicit(mask) })
     }
 
-    fn update_one(&mut self, keys: &Array, values: &Array) -> Result<AttentionInputs> {
+    /// One decode position: it goes to the ring slot `next`.
+    fn reserve(&mut self, keys: &Array, values: &Array) -> Result<CacheWrite> {
         let cap = self.keys.as_ref().map_or(Ok(0), positions)?;
         if self.next >= cap && cap < self.window {
             // Grow the ring towards `window` in chunks.
@@ -252,20 +304,27 @@ impl SlidingCache {
             self.keys = Some(k);
             self.values = Some(v);
         }
-        let (Some(k), Some(v)) = (&self.keys, &self.values) else {
+        let (Some(k), Some(v)) = (self.keys.clone(), self.values.clone()) else {
             return Err(Error::Config("sliding KV cache buffers missing after growth".into()));
         };
-        let slot = self.next;
-        let k = write_positions(k, keys, slot)?;
-        let v = write_positions(v, values, slot)?;
+        // Valid slots: all of them once wrapped or full, else the positions so far.
+        let visible = (self.offset + 1).min(positions(&k)?);
+        Ok(CacheWrite { keys: k, values: v, slot: self.next, visible, causal: false })
+    }
+
+    fn commit(&mut self, keys: Array, values: Array) {
+        self.keys = Some(keys);
+        self.values = Some(values);
         self.offset += 1;
-        let cap = positions(&k)?;
-        self.next = if slot + 1 >= self.window { 0 } else { slot + 1 };
-        // Valid slots: all of them once wrapped or full, else the first `offset`.
-        let valid = self.offset.min(cap);
-        let (ks, vs) = (slice_positions(&k, 0, valid)?, slice_positions(&v, 0, valid)?);
-        self.keys = Some(k);
-        self.values = Some(v);
+        self.next = if self.next + 1 >= self.window { 0 } else { self.next + 1 };
+    }
+
+    fn update_one(&mut self, keys: &Array, values: &Array) -> Result<AttentionInputs> {
+        let w = self.reserve(keys, values)?;
+        let k = write_positions(&w.keys, keys, w.slot)?;
+        let v = write_positions(&w.values, values, w.slot)?;
+        let (ks, vs) = (slice_positions(&k, 0, w.visible)?, slice_positions(&v, 0, w.visible)?);
+        self.commit(k, v);
         Ok(AttentionInputs { keys: ks, values: vs, mask: MaskKind::None })
     }
 }

@@ -163,19 +163,34 @@ impl Rope {
 
     /// Rotates `x: [batch, heads, seq, head_dim]` for positions `offset..`.
     pub fn forward(&self, x: &Array, offset: usize) -> Result<Array> {
-        let x = match self.input_scale {
-            Some(s) => scale_leading_features(x, self.dims, s)?,
-            None => x.clone(),
+        let spec = self.spec();
+        Ok(fast::rope(
+            &self.prescale(x)?,
+            spec.dims,
+            spec.traditional,
+            spec.base,
+            spec.scale,
+            offset as i32,
+            spec.freqs,
+        )?)
+    }
+
+    /// What [`Rope::forward`] does to `x` before rotating it: scales the
+    /// rotated features by the input scale, if any.
+    pub fn prescale(&self, x: &Array) -> Result<Array> {
+        match self.input_scale {
+            Some(s) => scale_leading_features(x, self.dims, s),
+            None => Ok(x.clone()),
+        }
+    }
+
+    /// The rotation itself, as the fused kernels take it (after [`Rope::prescale`]).
+    pub fn spec(&self) -> fast::RopeSpec<'_> {
+        let (base, scale, freqs) = match &self.frequencies {
+            RopeFrequencies::Base { base, scale } => (*base, *scale, None),
+            RopeFrequencies::Explicit(freqs) => (0.0, 1.0, Some(freqs)),
         };
-        let offset = offset as i32;
-        Ok(match &self.frequencies {
-            RopeFrequencies::Base { base, scale } => {
-                fast::rope(&x, self.dims, self.traditional, *base, *scale, offset, None)?
-            }
-            RopeFrequencies::Explicit(freqs) => {
-                fast::rope(&x, self.dims, self.traditional, 0.0, 1.0, offset, Some(freqs))?
-            }
-        })
+        fast::RopeSpec { dims: self.dims, traditional: self.traditional, base, scale, freqs }
     }
 }
 

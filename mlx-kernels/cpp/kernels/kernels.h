@@ -196,6 +196,7 @@ enum ScratchSlot : int {
   kScratchAttn = 2,
   kScratchScales = 3,
   kScratchShared = 4,
+  kScratchStep = 5,  // rotated keys and queries of a cached attention step (primitives.cc)
 };
 
 }  // namespace mlxcel::kern

@@ -546,90 +546,92 @@ RopeTable& rope_table(const std::vector<float>& inv, float scale, int positions)
   return t;
 }
 
+// The parameters of a rotary embedding node.
+struct RopeConfig {
+  int dims;
+  bool traditional;
+  float base, scale;
+  bool has_freqs;
+  bool operator==(const RopeConfig&) const = default;
+};
+
+// Rotates `x [.., L, D]` (f32, any strides) for positions `offset..` into a
+// contiguous `out` of its shape; `freqs` are the wavelengths when the config
+// has them. Runs inside a task.
+void rope_into(const RopeConfig& rc, const array* freqs, const array& x, int offset, float* out) {
+  if (x.size() == 0) return;
+  const int half = rc.dims / 2;
+  std::vector<float> inv(half);
+  if (rc.has_freqs) {
+    std::vector<float> fb;
+    const float* f = row_major(*freqs, fb);
+    for (int i = 0; i < half; ++i) inv[i] = 1.0f / f[i];
+  } else {
+    // exp(arange(0, -half, -1) * (log(base) / half)), in f32 as MLX does.
+    const float c = std::log(rc.base) / half;
+    for (int i = 0; i < half; ++i) inv[i] = mlx_exp(static_cast<float>(-i) * c);
+  }
+  const int nd = x.ndim();
+  const int L = x.shape(nd - 2), D = x.shape(nd - 1);
+  // View x as [A, B, L, D].
+  std::vector<float> xb;
+  const float* xp = x.data<float>();
+  int64_t sa = 0, sb = 0, sl = x.strides()[nd - 2];
+  int A = 1, B = 1;
+  if (nd == 3) {
+    B = x.shape(0);
+    sb = x.strides()[0];
+  } else if (nd == 4) {
+    A = x.shape(0);
+    B = x.shape(1);
+    sa = x.strides()[0];
+    sb = x.strides()[1];
+  }
+  if (x.strides()[nd - 1] != 1 || nd > 4) {
+    xp = row_major(x, xb);
+    A = 1;
+    B = static_cast<int>(x.size() / (static_cast<size_t>(L) * D));
+    sl = D;
+    sb = static_cast<int64_t>(L) * D;
+    sa = 0;
+  }
+  std::lock_guard<std::mutex> lk(g_rope_mu);
+  RopeTable& t = rope_table(inv, rc.scale, offset + L);
+  kern::RopeArgs a{};
+  a.x = xp;
+  a.sa = sa;
+  a.sb = sb;
+  a.sl = sl;
+  a.out = out;
+  a.A = A;
+  a.B = B;
+  a.L = L;
+  a.D = D;
+  a.dims = rc.dims;
+  a.traditional = rc.traditional;
+  a.cos = t.cos.data() + static_cast<size_t>(offset) * half;
+  a.sin = t.sin.data() + static_cast<size_t>(offset) * half;
+  kern::table().rope(a);
+}
+
 class Rope : public KernelPrimitive {
  public:
-  Rope(mx::Stream s, int dims, bool traditional, float base, float scale, int offset, bool has_freqs)
-      : KernelPrimitive(s),
-        dims_(dims),
-        traditional_(traditional),
-        base_(base),
-        scale_(scale),
-        offset_(offset),
-        has_freqs_(has_freqs) {}
+  Rope(mx::Stream s, RopeConfig rc, int offset) : KernelPrimitive(s), rc_(rc), offset_(offset) {}
   const char* name() const override { return "MlxcelRope"; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& r = static_cast<const Rope&>(o);
-    return dims_ == r.dims_ && traditional_ == r.traditional_ && base_ == r.base_ && scale_ == r.scale_ &&
-           offset_ == r.offset_ && has_freqs_ == r.has_freqs_;
+    return rc_ == r.rc_ && offset_ == r.offset_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return {in[0].shape()}; }
   void eval_cpu(const std::vector<array>& inputs, array& out) override {
-    launch(*this, inputs, out,
-           [dims = dims_, traditional = traditional_, base = base_, scale = scale_, offset = offset_,
-            has_freqs = has_freqs_](std::vector<array>& in, array& out) {
-             const array& x = in[0];
-             if (x.size() == 0) return;
-             const int half = dims / 2;
-             std::vector<float> inv(half);
-             if (has_freqs) {
-               std::vector<float> fb;
-               const float* f = row_major(in[1], fb);
-               for (int i = 0; i < half; ++i) inv[i] = 1.0f / f[i];
-             } else {
-               // exp(arange(0, -half, -1) * (log(base) / half)), in f32 as MLX does.
-               const float c = std::log(base) / half;
-               for (int i = 0; i < half; ++i) inv[i] = mlx_exp(static_cast<float>(-i) * c);
-             }
-             const int nd = x.ndim();
-             const int L = x.shape(nd - 2), D = x.shape(nd - 1);
-             // View x as [A, B, L, D].
-             std::vector<float> xb;
-             const float* xp = x.data<float>();
-             int64_t sa = 0, sb = 0, sl = x.strides()[nd - 2];
-             int A = 1, B = 1;
-             if (nd == 3) {
-               B = x.shape(0);
-               sb = x.strides()[0];
-             } else if (nd == 4) {
-               A = x.shape(0);
-               B = x.shape(1);
-               sa = x.strides()[0];
-               sb = x.strides()[1];
-             }
-             if (x.strides()[nd - 1] != 1 || nd > 4) {
-               xp = row_major(x, xb);
-               A = 1;
-               B = static_cast<int>(x.size() / (static_cast<size_t>(L) * D));
-               sl = D;
-               sb = static_cast<int64_t>(L) * D;
-               sa = 0;
-             }
-             std::lock_guard<std::mutex> lk(g_rope_mu);
-             RopeTable& t = rope_table(inv, scale, offset + L);
-             kern::RopeArgs a{};
-             a.x = xp;
-             a.sa = sa;
-             a.sb = sb;
-             a.sl = sl;
-             a.out = out.data<float>();
-             a.A = A;
-             a.B = B;
-             a.L = L;
-             a.D = D;
-             a.dims = dims;
-             a.traditional = traditional;
-             a.cos = t.cos.data() + static_cast<size_t>(offset) * half;
-             a.sin = t.sin.data() + static_cast<size_t>(offset) * half;
-             kern::table().rope(a);
-           });
+    launch(*this, inputs, out, [rc = rc_, offset = offset_](std::vector<array>& in, array& out) {
+      rope_into(rc, rc.has_freqs ? &in[1] : nullptr, in[0], offset, out.data<float>());
+    });
   }
 
  private:
-  int dims_;
-  bool traditional_;
-  float base_, scale_;
+  RopeConfig rc_;
   int offset_;
-  bool has_freqs_;
 };
 
 // ---------------------------------------------------------------------------
@@ -723,6 +725,144 @@ class Attention : public KernelPrimitive {
   int kv_len_;
 };
 
+// One attention step over a layer's KV cache: inputs q [B, H, L, D], k [B,
+// KVH, L, D], v [B, KVH, L, Dv] (not yet rotated), the cache buffers kc [B,
+// KVH, C, D] and vc [B, KVH, C, Dv] [, rope wavelengths]; outputs the
+// attention with heads merged, [B, L, H * Dv], and the buffers with this
+// step's rotated keys and values written at positions slot..slot+L. The
+// queries attend over positions [0, visible) of the buffers (causal: query i
+// sees up to visible - L + i). What would be two rope nodes, two slice
+// updates, two slices and an attention node (and the merge) in MLX's graph.
+struct CacheStep {
+  int offset;   // position of the first query (RoPE)
+  int slot;     // first buffer position written
+  int visible;  // buffer positions attended over
+  bool causal;
+  float scale;
+  bool operator==(const CacheStep&) const = default;
+};
+
+class CachedAttention : public mx::Primitive {
+ public:
+  CachedAttention(mx::Stream s, RopeConfig rope, CacheStep step) : mx::Primitive(s), rope_(rope), step_(step) {}
+  const char* name() const override { return "MlxcelCachedAttention"; }
+  bool is_equivalent(const mx::Primitive& o) const override {
+    auto& c = static_cast<const CachedAttention&>(o);
+    return rope_ == c.rope_ && step_ == c.step_;
+  }
+  void eval_gpu(const std::vector<array>&, std::vector<array>&) override {
+    throw std::runtime_error("MlxcelCachedAttention has no GPU version (on the GPU mlxcel uses MLX's own ops)");
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return shapes(in); }
+  static std::vector<mx::Shape> shapes(const std::vector<array>& in) {
+    const array &q = in[0], &v = in[2];
+    return {{q.shape(0), q.shape(2), q.shape(1) * v.shape(3)}, in[3].shape(), in[4].shape()};
+  }
+
+  void eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    // Every output of a multi-output node holds its own copy of the inputs
+    // (array::make_arrays), so each cache buffer has one reference per output
+    // here and is never donatable. MLX drops the siblings' copies right after
+    // this call (array::detach, unless the node is traced); dropping them now
+    // lets a buffer nothing else holds be written in place.
+    if (!outputs[0].is_tracer()) {
+      for (auto& out : outputs)
+        if (&out.inputs() != &inputs) out.inputs().clear();
+    }
+    // The buffers are written in place when this node holds their only
+    // reference (as MLX's SliceUpdate does); otherwise the task copies them.
+    bool donated[2];
+    for (int c = 0; c < 2; ++c) {
+      const array& buf = inputs[3 + c];
+      array& out = outputs[1 + c];
+      donated[c] = buf.is_donatable() && buf.flags().row_contiguous && buf.data_size() == buf.size();
+      if (donated[c]) {
+        out.copy_shared_buffer(buf);
+      } else {
+        out.set_data(mx::allocator::malloc(out.nbytes()));
+      }
+    }
+    outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
+    std::vector<array> ins, outs;
+    for (const auto& in : inputs) {
+      enc.set_input_array(in);
+      ins.push_back(array::unsafe_weak_copy(in));
+    }
+    for (auto& out : outputs) {
+      enc.set_output_array(out);
+      outs.push_back(array::unsafe_weak_copy(out));
+    }
+    enc.dispatch([rope = rope_, step = step_, keep_k = donated[0], keep_v = donated[1], ins = std::move(ins),
+                  outs = std::move(outs)]() mutable { run(rope, step, keep_k, keep_v, ins, outs); });
+  }
+
+ private:
+  // Copies `n` positions of `src` [B, KVH, n, W] (row-major) into positions
+  // at.. of the contiguous buffer `dst` [B, KVH, C, W].
+  static void write_positions(const float* src, float* dst, int groups, int n, int W, int C, int at) {
+    for (int g = 0; g < groups; ++g)
+      std::memcpy(dst + (static_cast<int64_t>(g) * C + at) * W, src + static_cast<int64_t>(g) * n * W,
+                  static_cast<size_t>(n) * W * sizeof(float));
+  }
+
+  static void run(const RopeConfig& rope, const CacheStep& step, bool keep_k, bool keep_v, std::vector<array>& in,
+                  std::vector<array>& out) {
+    const array &q = in[0], &k = in[1], &v = in[2];
+    const int B = q.shape(0), H = q.shape(1), L = q.shape(2), D = q.shape(3);
+    const int KVH = k.shape(1), Dv = v.shape(3), C = in[3].shape(2);
+    float* kc = out[1].data<float>();
+    float* vc = out[2].data<float>();
+    std::vector<float> tmp;
+    if (!keep_k) std::memcpy(kc, row_major(in[3], tmp), out[1].nbytes());
+    if (!keep_v) std::memcpy(vc, row_major(in[4], tmp), out[2].nbytes());
+    const array* freqs = rope.has_freqs ? &in[5] : nullptr;
+    // Rotated keys and queries, contiguous, in one scratch buffer.
+    float* kr = kern::scratch(kern::kScratchStep, k.size() + q.size());
+    float* qr = kr + k.size();
+    rope_into(rope, freqs, k, step.offset, kr);
+    write_positions(kr, kc, B * KVH, L, D, C, step.slot);
+    write_positions(row_major(v, tmp), vc, B * KVH, L, Dv, C, step.slot);
+    rope_into(rope, freqs, q, step.offset, qr);
+    if (out[0].size() == 0) return;
+    kern::AttnArgs a{};
+    a.q = qr;
+    a.qs[3] = 1;
+    a.qs[2] = D;
+    a.qs[1] = static_cast<int64_t>(L) * D;
+    a.qs[0] = a.qs[1] * H;
+    a.k = kc;
+    a.ks[3] = 1;
+    a.ks[2] = D;
+    a.ks[1] = static_cast<int64_t>(C) * D;
+    a.ks[0] = a.ks[1] * KVH;
+    a.v = vc;
+    a.vs[3] = 1;
+    a.vs[2] = Dv;
+    a.vs[1] = static_cast<int64_t>(C) * Dv;
+    a.vs[0] = a.vs[1] * KVH;
+    a.out = out[0].data<float>();
+    // out[b, i, h, :], heads merged.
+    a.os[0] = static_cast<int64_t>(L) * H * Dv;
+    a.os[1] = Dv;
+    a.os[2] = static_cast<int64_t>(H) * Dv;
+    a.B = B;
+    a.H = H;
+    a.KVH = KVH;
+    a.Lq = L;
+    a.Lk = step.visible;
+    a.D = D;
+    a.Dv = Dv;
+    a.scale = step.scale;
+    a.causal = step.causal;
+    a.mask_kind = 0;
+    kern::table().attention(a);
+  }
+
+  RopeConfig rope_;
+  CacheStep step_;
+};
+
 // ---------------------------------------------------------------------------
 // Gated activations.
 
@@ -807,6 +947,21 @@ std::optional<std::pair<array, int>> prefix_slice(const array& t) {
     if (d != 2 && stop[d] != buf.shape(d)) return std::nullopt;
   }
   return std::make_pair(buf, static_cast<int>(stop[2]));
+}
+
+// Why our rope cannot rotate `x` with these parameters ("" when it can).
+std::string rope_unsupported(const array& x, int dims, float base, int offset, const std::optional<array>& freqs) {
+  if (x.dtype() != mx::float32) return "input must be float32, not " + dtype_str(x.dtype());
+  if (x.ndim() < 3) return "input must have at least 3 dimensions, not " + shape_str(x.shape());
+  if (dims <= 0 || dims % 2 != 0 || dims > x.shape(-1))
+    return "dims must be even, positive and at most " + std::to_string(x.shape(-1)) + ", not " + std::to_string(dims);
+  if (offset < 0 || static_cast<int64_t>(offset) + x.shape(-2) > (1 << 24))
+    return "positions must lie in [0, 2^24), offset is " + std::to_string(offset);
+  if (freqs && (freqs->dtype() != mx::float32 || freqs->ndim() != 1 || freqs->shape(0) != dims / 2))
+    return "freqs must be float32 [" + std::to_string(dims / 2) + "], not " + dtype_str(freqs->dtype()) + " " +
+           shape_str(freqs->shape());
+  if (!freqs && !(base > 0.0f)) return "base must be positive";
+  return "";
 }
 
 [[noreturn]] void refuse(const char* op, const std::string& why) {
@@ -1006,33 +1161,17 @@ mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, f
 mx::array rope(const mx::array& x, int dims, bool traditional, float base, float scale, int offset,
                const std::optional<mx::array>& freqs, Path path) {
   auto s = mx::default_stream(mx::default_device());
-  const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     std::optional<float> b = freqs ? std::nullopt : std::optional<float>(base);
     return mx::fast::rope(x, dims, traditional, b, scale, offset, freqs);
   };
-  std::string why;
-  if (!on_cpu) {
-    why = "the default device is not the CPU";
-  } else if (x.dtype() != mx::float32) {
-    why = "input must be float32, not " + dtype_str(x.dtype());
-  } else if (x.ndim() < 3) {
-    why = "input must have at least 3 dimensions, not " + shape_str(x.shape());
-  } else if (dims <= 0 || dims % 2 != 0 || dims > x.shape(-1)) {
-    why = "dims must be even, positive and at most " + std::to_string(x.shape(-1)) + ", not " + std::to_string(dims);
-  } else if (offset < 0 || static_cast<int64_t>(offset) + x.shape(-2) > (1 << 24)) {
-    why = "positions must lie in [0, 2^24), offset is " + std::to_string(offset);
-  } else if (freqs && (freqs->dtype() != mx::float32 || freqs->ndim() != 1 || freqs->shape(0) != dims / 2)) {
-    why = "freqs must be float32 [" + std::to_string(dims / 2) + "], not " + dtype_str(freqs->dtype()) + " " +
-          shape_str(freqs->shape());
-  } else if (!freqs && !(base > 0.0f)) {
-    why = "base must be positive";
-  }
+  std::string why = s.device == mx::Device::cpu ? rope_unsupported(x, dims, base, offset, freqs)
+                                                : "the default device is not the CPU";
   if (!use_kernel(path, "rope", why)) return mlx_op();
   std::vector<array> inputs{x};
   if (freqs) inputs.push_back(*freqs);
   return array(x.shape(), mx::float32,
-               std::make_shared<Rope>(s, dims, traditional, base, scale, offset, freqs.has_value()),
+               std::make_shared<Rope>(s, RopeConfig{dims, traditional, base, scale, freqs.has_value()}, offset),
                std::move(inputs));
 }
 
@@ -1090,6 +1229,64 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
   return array(std::move(shape), mx::float32,
                std::make_shared<Attention>(s, scale, mask_mode == "causal", mask_kind, false, kv_len),
                std::move(inputs));
+}
+
+std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                                        const RopeSpec& rope, int offset, const CacheSlot& cache, float scale,
+                                        Path path) {
+  const auto &kc = cache.keys, &vc = cache.values;
+  // Shapes are checked on every path: a mismatch is a caller's bug, not a
+  // case for MLX's ops.
+  auto fail = [](const std::string& why) { throw std::invalid_argument("cached_attention: " + why); };
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || kc.ndim() != 4 || vc.ndim() != 4)
+    fail("q, k, v and the cache buffers must be [batch, heads, positions, dim]");
+  const int B = q.shape(0), H = q.shape(1), L = q.shape(2), D = q.shape(3), KVH = k.shape(1), Dv = v.shape(3);
+  if (k.shape() != mx::Shape{B, KVH, L, D} || v.shape(0) != B || v.shape(1) != KVH || v.shape(2) != L)
+    fail("queries " + shape_str(q.shape()) + ", keys " + shape_str(k.shape()) + " and values " +
+         shape_str(v.shape()) + " do not match");
+  if (KVH == 0 || H % KVH != 0) fail("query heads must be a multiple of key/value heads");
+  const int C = kc.shape(2);
+  if (kc.shape() != mx::Shape{B, KVH, C, D} || vc.shape() != mx::Shape{B, KVH, C, Dv})
+    fail("cache buffers " + shape_str(kc.shape()) + "/" + shape_str(vc.shape()) + " do not hold keys " +
+         shape_str(k.shape()) + " and values " + shape_str(v.shape()));
+  if (cache.slot < 0 || cache.slot + L > C)
+    fail("positions " + std::to_string(cache.slot) + ".." + std::to_string(cache.slot + L) +
+         " do not fit a buffer of " + std::to_string(C));
+  if (cache.visible < 1 || cache.visible > C)
+    fail(std::to_string(cache.visible) + " visible positions in a buffer of " + std::to_string(C));
+  if (cache.causal && cache.slot + L != cache.visible)
+    fail("a causal step must write the last of the visible positions");
+
+  auto s = mx::default_stream(mx::default_device());
+  auto unfused = [&](Path parts) {
+    auto qr = fast::rope(q, rope.dims, rope.traditional, rope.base, rope.scale, offset, rope.freqs, parts);
+    auto kr = fast::rope(k, rope.dims, rope.traditional, rope.base, rope.scale, offset, rope.freqs, parts);
+    const int end = cache.slot + L;
+    const mx::Shape at{0, 0, cache.slot, 0}, origin{0, 0, 0, 0};
+    auto kc2 = mx::slice_update(kc, kr, at, mx::Shape{B, KVH, end, D});
+    auto vc2 = mx::slice_update(vc, v, at, mx::Shape{B, KVH, end, Dv});
+    auto ks = mx::slice(kc2, origin, mx::Shape{B, KVH, cache.visible, D});
+    auto vs = mx::slice(vc2, origin, mx::Shape{B, KVH, cache.visible, Dv});
+    auto o = sdpa(qr, ks, vs, scale, cache.causal ? "causal" : "", std::nullopt, parts);
+    return std::vector<array>{merge_heads(o, parts), kc2, vc2};
+  };
+  std::string why;
+  if (s.device != mx::Device::cpu) {
+    why = "the default device is not the CPU";
+  } else if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32 ||
+             kc.dtype() != mx::float32 || vc.dtype() != mx::float32) {
+    why = "q, k, v and the cache buffers must be float32";
+  } else {
+    why = rope_unsupported(q, rope.dims, rope.base, offset, rope.freqs);
+  }
+  if (!use_kernel(path, "cached_attention", why)) return unfused(path);
+  std::vector<array> inputs{q, k, v, kc, vc};
+  if (rope.freqs) inputs.push_back(*rope.freqs);
+  auto shapes = CachedAttention::shapes(inputs);
+  RopeConfig rc{rope.dims, rope.traditional, rope.base, rope.scale, rope.freqs.has_value()};
+  CacheStep step{offset, cache.slot, cache.visible, cache.causal, scale};
+  return array::make_arrays(std::move(shapes), {mx::float32, mx::float32, mx::float32},
+                            std::make_shared<CachedAttention>(s, rc, step), std::move(inputs));
 }
 
 mx::array merge_heads(const mx::array& x, Path path) {

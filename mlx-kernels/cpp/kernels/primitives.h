@@ -57,6 +57,35 @@ mx::array rope(const mx::array& x, int dims, bool traditional, float base, float
 mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, const std::string& mask_mode,
                const std::optional<mx::array>& mask, Path path);
 
+/// A rotary embedding's parameters, as `rope` takes them.
+struct RopeSpec {
+  int dims;
+  bool traditional;
+  float base;  // unused with freqs
+  float scale;
+  std::optional<mx::array> freqs;
+};
+
+/// Where one attention step's keys and values go in a layer's cache buffers
+/// (`[B, KVH, capacity, D]` and `[.., Dv]`) and which positions its queries see.
+struct CacheSlot {
+  mx::array keys;
+  mx::array values;
+  int slot;      // first position written
+  int visible;   // the queries attend over positions [0, visible)
+  bool causal;   // query i sees positions up to visible - L + i (needs slot + L == visible)
+};
+
+/// One attention step over a KV cache: rotates q `[B, H, L, D]` and k `[B,
+/// KVH, L, D]` for positions `offset..`, writes the rotated keys and v into
+/// the cache buffers at `slot` and attends the queries over the visible
+/// positions. Returns `{out [B, L, H * Dv], keys', values'}`. On the CPU one
+/// node that updates the buffers in place when nothing else holds them;
+/// elsewhere MLX's rope, slice_update and attention.
+std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                                        const RopeSpec& rope, int offset, const CacheSlot& cache, float scale,
+                                        Path path);
+
 /// `[B, H, L, D]` attention output as `[B, L, H * D]` for the output
 /// projection: free (the attention node writes that layout) when `x` is our
 /// attention node not yet computed, MLX's transpose and reshape otherwise.

@@ -3,7 +3,7 @@
 //! are projected and whether queries and keys are normalised per head).
 
 use mlxcel_mlx::Array;
-use mlxcel_mlx::fast::{merge_heads, scaled_dot_product_attention};
+use mlxcel_mlx::fast::{CacheSlot, cached_attention, merge_heads, scaled_dot_product_attention};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -63,13 +63,34 @@ impl Attention {
         let q = per_head(q, &self.q_norm)?;
         let k = per_head(k, &self.k_norm)?;
         let offset = cache.offset();
-        let q = self.rope.forward(&q, offset)?;
-        let k = self.rope.forward(&k, offset)?;
-        let step = cache.update(&k, &v)?;
-        let out =
-            scaled_dot_product_attention(&q, &step.keys, &step.values, self.scale, step.mask.as_attention_mask())?;
-        // [b, heads, l, d] -> [b, l, heads * d]
-        let out = merge_heads(&out)?;
+        let out = match cache.reserve(&k, &v)? {
+            // Rotate, write the keys and values into the cache and attend:
+            // one node on the CPU.
+            Some(w) => {
+                let (q, k) = (self.rope.prescale(&q)?, self.rope.prescale(&k)?);
+                let slot =
+                    CacheSlot { keys: &w.keys, values: &w.values, slot: w.slot, visible: w.visible, causal: w.causal };
+                let step = cached_attention(&q, &k, &v, &self.rope.spec(), offset, &slot, self.scale)?;
+                cache.commit(step.keys, step.values, v.shape()[2] as usize);
+                step.out
+            }
+            // A sliding-window prefill chunk attends over the cached window
+            // and itself, with a window mask.
+            None => {
+                let q = self.rope.forward(&q, offset)?;
+                let k = self.rope.forward(&k, offset)?;
+                let step = cache.update(&k, &v)?;
+                let out = scaled_dot_product_attention(
+                    &q,
+                    &step.keys,
+                    &step.values,
+                    self.scale,
+                    step.mask.as_attention_mask(),
+                )?;
+                // [b, heads, l, d] -> [b, l, heads * d]
+                merge_heads(&out)?
+            }
+        };
         self.o.forward(&out)
     }
 
