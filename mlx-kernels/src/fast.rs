@@ -560,26 +560,31 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F/BW/DQ/VL (16 lanes).
     Avx512,
+    /// AVX-512 with VNNI: the 4- and 8-bit matvecs run on int16 activations
+    /// (`vpdpwssd`; docs/kernels.md "Integer dot products").
+    Avx512Vnni,
 }
 
 impl Isa {
     /// Every ISA, lowest first.
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
 
     fn code(self) -> u8 {
         match self {
             Isa::Scalar => 0,
             Isa::Avx2 => 1,
             Isa::Avx512 => 2,
+            Isa::Avx512Vnni => 3,
         }
     }
 
-    /// `scalar`, `avx2` or `avx512`.
+    /// `scalar`, `avx2`, `avx512` or `avx512vnni`.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512vnni",
         }
     }
 
@@ -598,6 +603,7 @@ impl std::fmt::Display for Isa {
 /// The ISA the kernels run with now.
 pub fn isa() -> Isa {
     match bridge::kernels_isa() {
+        3 => Isa::Avx512Vnni,
         2 => Isa::Avx512,
         1 => Isa::Avx2,
         _ => Isa::Scalar,

@@ -7,11 +7,15 @@
 //!
 //! Checked: the prompt token ids (chat template rendering + tokenization) are
 //! identical, the generated tokens are identical, and the log-probabilities of
-//! the first generated position differ by at most 1e-3 (both sides run MLX
-//! 0.32.4 in float32; the runtime's graph differs from mlx-lm's only in
-//! summation order, which moves log-probabilities of magnitude ~20 by ~1e-5;
-//! 1e-3 leaves room for that and still catches any real difference, which
-//! shows up at 1e-1 and above).
+//! the first generated position differ by at most 1e-2. Both sides run MLX
+//! 0.32.4 in float32. With the float kernels (`MLXCEL_ISA=avx512` and below)
+//! the runtime's graph differs from mlx-lm's only in summation order, which
+//! moves log-probabilities of magnitude ~20 by ~1e-5. The avx512vnni kernels
+//! also round the activations entering 4- and 8-bit matvecs to int16 steps
+//! (2^-16 of the largest of each block of 4 or 2 elements; docs/kernels.md
+//! "Integer dot products"), which moved them by up to 3.2e-3 (SmolLM2) and
+//! 1.5e-3 (Gemma 3) when this bound was set. 1e-2 leaves room for that and
+//! still catches any real difference, which shows up at 1e-1 and above.
 
 use std::ops::ControlFlow;
 use std::process::Command;
@@ -94,7 +98,7 @@ fn check(gguf: &str) {
         worst = worst.max(diff);
     }
     eprintln!("{gguf}: largest first-position log-probability difference over all prompts: {worst:e}");
-    assert!(worst <= 1e-3, "{gguf}: log-probabilities differ by {worst}");
+    assert!(worst <= 1e-2, "{gguf}: log-probabilities differ by {worst}");
 }
 
 /// The logits after the whole prompt, computed like generation computes them

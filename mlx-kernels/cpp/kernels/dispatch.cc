@@ -1,6 +1,6 @@
 // Run-time ISA selection: cpuid (through GCC's __builtin_cpu_supports, which
 // also checks that the OS saves the vector registers) picks the best table;
-// MLXCEL_ISA=scalar|avx2|avx512 or set_isa() choose a lower one (tests run
+// MLXCEL_ISA=scalar|avx2|avx512|avx512vnni or set_isa() choose a lower one (tests run
 // every ISA the machine has this way).
 #include <atomic>
 #include <cstdlib>
@@ -13,6 +13,7 @@ namespace {
 
 const Table& table_for(Isa isa) {
   switch (isa) {
+    case Isa::Avx512Vnni: return table_avx512vnni();
     case Isa::Avx512: return table_avx512();
     case Isa::Avx2: return table_avx2();
     default: return table_scalar();
@@ -26,6 +27,7 @@ const Table* initial_table() {
     if (std::strcmp(v, "scalar") == 0) want = Isa::Scalar;
     if (std::strcmp(v, "avx2") == 0) want = Isa::Avx2;
     if (std::strcmp(v, "avx512") == 0) want = Isa::Avx512;
+    if (std::strcmp(v, "avx512vnni") == 0) want = Isa::Avx512Vnni;
     if (isa_supported(want)) isa = want;
   }
   return &table_for(isa);
@@ -48,6 +50,7 @@ bool isa_supported(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("fma");
+    case Isa::Avx512Vnni: return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else
@@ -56,6 +59,7 @@ bool isa_supported(Isa isa) {
 }
 
 Isa best_isa() {
+  if (isa_supported(Isa::Avx512Vnni)) return Isa::Avx512Vnni;
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Scalar;

@@ -13,7 +13,7 @@
 
 namespace mlxcel::kern {
 
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3 };
 
 /// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
 /// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
@@ -148,6 +148,7 @@ struct Table {
 const Table& table_scalar();
 const Table& table_avx2();
 const Table& table_avx512();
+const Table& table_avx512vnni();
 
 /// The kernels in use (the best the CPU supports unless set otherwise).
 const Table& table();
