@@ -540,6 +540,8 @@ bool kernels_isa_supported(uint8_t isa) { return isa <= 3 && kern::isa_supported
 bool kernels_set_isa(uint8_t isa) { return isa <= 3 && kern::set_isa(static_cast<kern::Isa>(isa)); }
 double kernels_read_bandwidth(size_t bytes, int32_t reps) { return kern::read_bandwidth_gbs(bytes, reps); }
 
+bool eval_inline(const ArrayList& list) { return fast::eval_inline(list.items); }
+
 rust::Vec<rust::String> pending_ops(const ArrayList& list) {
   rust::Vec<rust::String> out;
   for (auto& name : fast::pending_ops(list.items)) out.push_back(rust::String(name));

@@ -127,6 +127,7 @@ bool kernels_isa_supported(uint8_t isa);
 bool kernels_set_isa(uint8_t isa);
 double kernels_read_bandwidth(size_t bytes, int32_t reps);
 rust::Vec<rust::String> pending_ops(const ArrayList& list);
+bool eval_inline(const ArrayList& list);
 double kernels_bench_qmm(const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, int32_t reps);
 
 // Random numbers, always from an explicit key (deterministic per seed).

@@ -625,6 +625,35 @@ pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
     bridge::kernels_read_bandwidth(bytes, i32::try_from(reps).unwrap_or(i32::MAX))
 }
 
+/// Evaluates `outputs` like [`Array::eval_all`]. When every node still to
+/// compute is one of mlxcel's CPU kernels (a decode step is), the nodes run
+/// on the calling thread one after another, with the kernel pool, and never
+/// pass through MLX's stream thread: no task queue, no wake-up of that thread
+/// per node, no third thread competing for the cores (docs/kernels.md
+/// "Evaluating a step inline"). Any other graph goes to MLX's eval, and so
+/// does every graph under `MLXCEL_INLINE_EVAL=0`.
+pub fn eval(outputs: &[&Array]) -> Result<()> {
+    if inline_enabled() && eval_inline(outputs)? {
+        return Ok(());
+    }
+    Array::eval_all(outputs)
+}
+
+/// `MLXCEL_INLINE_EVAL=0` sends every graph to MLX's eval (for comparison
+/// and debugging), read once.
+fn inline_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("MLXCEL_INLINE_EVAL").map_or(true, |v| v != "0"))
+}
+
+/// The inline half of [`eval`]: evaluates `outputs` on the calling thread and
+/// returns true when every node still to compute is one of mlxcel's CPU
+/// kernels (and none is traced); returns false, having computed nothing,
+/// otherwise.
+pub fn eval_inline(outputs: &[&Array]) -> Result<bool> {
+    bridge::eval_inline(&to_list(outputs)).map_err(|e| Error::mlx("eval", e))
+}
+
 /// The operations (MLX primitive names) that evaluating `outputs` would run
 /// now: one entry per graph node not yet computed.
 pub fn pending_ops(outputs: &[&Array]) -> Vec<String> {

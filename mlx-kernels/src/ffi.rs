@@ -255,6 +255,7 @@ pub(crate) mod bridge {
         fn kernels_set_isa(isa: u8) -> bool;
         fn kernels_read_bandwidth(bytes: usize, reps: i32) -> f64;
         fn pending_ops(list: &ArrayList) -> Vec<String>;
+        fn eval_inline(list: &ArrayList) -> Result<bool>;
         fn kernels_bench_qmm(x: &Array, weights: &ArrayList, group_size: i32, bits: i32, reps: i32) -> Result<f64>;
 
         fn random_key(seed: u64) -> Result<UniquePtr<Array>>;

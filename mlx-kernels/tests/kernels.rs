@@ -743,6 +743,70 @@ fn one_graph_node_per_kernel() {
     assert!(fast::pending_ops(&[&y]).is_empty());
 }
 
+/// A graph of mlxcel kernels only runs inline, on the calling thread, with
+/// exactly the values MLX's eval gives the same graph; a graph with any MLX
+/// op is left to MLX's eval untouched; a cache step run inline still writes
+/// its buffers in place.
+#[test]
+fn kernel_graphs_evaluate_inline_like_mlx() {
+    init();
+    let mut rng = rng("kernel_graphs_evaluate_inline_like_mlx").0;
+    let (w1, w2) = (quantized(&mut rng, 128, 64, 32, 4), quantized(&mut rng, 64, 128, 64, 8));
+    let norm = arr(&uniform(&mut rng, 64, 0.5, 1.5), &[64]);
+    let x = arr(&normal(&mut rng, 3 * 64), &[1, 3, 64]);
+    for w in [&w1, &w2] {
+        Array::eval_all(&[&w.weight, &w.scales, w.biases.as_ref().unwrap()]).unwrap();
+    }
+    let build = || {
+        let f = kernel();
+        let h = f.rms_norm(&x, Some(&norm), 1e-6).unwrap();
+        let g = f.quantized_linear(&h, &w1).unwrap();
+        f.quantized_linear(&g, &w2).unwrap()
+    };
+    let (inline, reference) = (build(), build());
+    let ops = fast::pending_ops(&[&inline]);
+    assert!(ops.len() >= 2 && ops.iter().all(|o| o.starts_with("Mlxcel")), "{ops:?}");
+    assert!(fast::eval_inline(&[&inline]).unwrap(), "a kernel-only graph runs inline");
+    assert!(fast::pending_ops(&[&inline]).is_empty());
+    Array::eval_all(&[&reference]).unwrap();
+    assert_eq!(vals(&inline), vals(&reference));
+
+    // An MLX op in the graph: nothing is computed inline.
+    let mixed = build().add(&x).unwrap();
+    assert!(!fast::eval_inline(&[&mixed]).unwrap());
+    assert_eq!(fast::pending_ops(&[&mixed]).len(), ops.len() + 1);
+    fast::eval(&[&mixed]).unwrap();
+    assert_eq!(vals(&mixed), vals(&reference.add(&x).unwrap()));
+
+    let (h, d, cap) = (2i32, 16i32, 8i32);
+    let mut kbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
+    let mut vbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
+    Array::eval_all(&[&kbuf, &vbuf]).unwrap();
+    let k_addr = kbuf.data_address().unwrap();
+    let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
+    for pos in 0..3usize {
+        let q = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
+        let k = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
+        let v = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
+        let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot: pos, visible: pos + 1, causal: false };
+        let step = kernel().cached_attention(&q, &k, &v, &rope, pos, &cache, 0.25).unwrap();
+        (kbuf, vbuf) = (step.keys, step.values);
+        assert!(fast::eval_inline(&[&step.out, &kbuf, &vbuf]).unwrap(), "step {pos} runs inline");
+        assert_eq!(kbuf.data_address().unwrap(), k_addr, "step {pos}: the key buffer moved");
+        let keys = vals(&kbuf);
+        let want_k = vals(&fast::on(Path::Mlx).rope(&k, d, false, 10000.0, 1.0, pos as i32, None).unwrap());
+        for head in 0..h as usize {
+            let at = (head * cap as usize + pos) * d as usize;
+            assert_rms(
+                &format!("step {pos} key"),
+                &keys[at..at + d as usize],
+                &want_k[head * d as usize..][..d as usize],
+                1e-6,
+            );
+        }
+    }
+}
+
 #[test]
 fn thread_and_isa_settings() {
     let _guard = lock();

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use mlxcel_mlx::{Array, Dtype};
+use mlxcel_mlx::{Array, Dtype, fast};
 
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
@@ -87,8 +87,10 @@ impl MlxBackend {
             // Only the last position's logits are needed: project that row alone.
             let s = hidden.shape();
             let row = hidden.slice(&[0, s[1] - 1, 0], &[1, s[1], s[2]], &[1, 1, 1])?;
+            // Left [1, 1, vocab]: `to_vec` reads it whole, and a reshape here
+            // would be an MLX node that keeps the step off `fast::eval`'s
+            // inline path.
             let logits = self.model.logits(&row)?;
-            let logits = logits.reshape(&[logits.size() as i32])?;
             Some(if logits.dtype() == Dtype::F32 { logits } else { logits.astype(Dtype::F32)? })
         } else {
             None
@@ -96,7 +98,9 @@ impl MlxBackend {
         if let Some(l) = &last {
             outputs.push(l);
         }
-        Array::eval_all(&outputs)?;
+        // Inline when the step is all mlxcel kernels (the CPU path): no MLX
+        // stream task per node.
+        fast::eval(&outputs)?;
         Ok(match last {
             Some(l) => Some(l.to_vec::<f32>()?),
             None => None,

@@ -109,6 +109,20 @@ struct ScaleData {
   }
 };
 
+// Set while eval_inline runs nodes on the calling thread.
+thread_local bool t_inline = false;
+
+// Hands `task` to the stream's encoder, or runs it now under eval_inline
+// (whose caller has checked that every input is already computed).
+template <class T>
+void submit(mx::cpu::CommandEncoder& enc, T&& task) {
+  if (t_inline) {
+    task();
+  } else {
+    enc.dispatch(std::forward<T>(task));
+  }
+}
+
 // Allocates the output and dispatches `f(inputs, out)` on the stream.
 template <class F>
 void launch(mx::Primitive& p, const std::vector<array>& inputs, array& out, F f) {
@@ -121,7 +135,7 @@ void launch(mx::Primitive& p, const std::vector<array>& inputs, array& out, F f)
     ins.push_back(array::unsafe_weak_copy(in));
   }
   enc.set_output_array(out);
-  enc.dispatch([f = std::move(f), ins = std::move(ins), out = array::unsafe_weak_copy(out)]() mutable {
+  submit(enc, [f = std::move(f), ins = std::move(ins), out = array::unsafe_weak_copy(out)]() mutable {
     f(ins, out);
   });
 }
@@ -142,7 +156,7 @@ void launch_multi(mx::Primitive& p, const std::vector<array>& inputs, std::vecto
     enc.set_output_array(out);
     outs.push_back(array::unsafe_weak_copy(out));
   }
-  enc.dispatch([f = std::move(f), ins = std::move(ins), outs = std::move(outs)]() mutable { f(ins, outs); });
+  submit(enc, [f = std::move(f), ins = std::move(ins), outs = std::move(outs)]() mutable { f(ins, outs); });
 }
 
 class KernelPrimitive : public mx::UnaryPrimitive {
@@ -793,8 +807,8 @@ class CachedAttention : public mx::Primitive {
       enc.set_output_array(out);
       outs.push_back(array::unsafe_weak_copy(out));
     }
-    enc.dispatch([rope = rope_, step = step_, keep_k = donated[0], keep_v = donated[1], ins = std::move(ins),
-                  outs = std::move(outs)]() mutable { run(rope, step, keep_k, keep_v, ins, outs); });
+    submit(enc, [rope = rope_, step = step_, keep_k = donated[0], keep_v = donated[1], ins = std::move(ins),
+                 outs = std::move(outs)]() mutable { run(rope, step, keep_k, keep_v, ins, outs); });
   }
 
  private:
@@ -1347,6 +1361,54 @@ std::vector<std::string> pending_ops(const std::vector<mx::array>& outputs) {
     for (const auto& in : a.inputs()) stack.push_back(in);
   }
   return names;
+}
+
+bool eval_inline(const std::vector<mx::array>& outputs) {
+  // The pending nodes in dependency order (a post-order walk). The walk keeps
+  // one array per node and none of their inputs, so that when a node runs,
+  // its inputs are held only by the graph, as under MLX's own eval (the cache
+  // buffers of MlxcelCachedAttention must stay donatable).
+  std::vector<array> order;
+  std::unordered_set<std::uintptr_t> seen;
+  std::vector<std::pair<array, bool>> stack;
+  for (const auto& o : outputs) stack.emplace_back(o, false);
+  while (!stack.empty()) {
+    auto [a, expanded] = std::move(stack.back());
+    stack.pop_back();
+    if (a.status() != array::Status::unscheduled) {
+      // Computed earlier, or still being computed by the stream: MLX waits.
+      if (!a.is_available()) return false;
+      continue;
+    }
+    if (!a.has_primitive() || a.is_tracer()) return false;
+    if (expanded) {
+      order.push_back(std::move(a));
+      continue;
+    }
+    if (!seen.insert(a.primitive_id()).second) continue;  // siblings share one node
+    mx::Primitive& p = a.primitive();
+    if (p.stream().device != mx::Device::cpu || std::strncmp(p.name(), "Mlxcel", 6) != 0) return false;
+    auto inputs = a.inputs();
+    stack.emplace_back(std::move(a), true);
+    for (auto& in : inputs) stack.emplace_back(std::move(in), false);
+  }
+  t_inline = true;
+  try {
+    for (auto& a : order) {
+      array node = std::move(a);
+      auto outs = node.outputs();
+      node.primitive().eval_cpu(node.inputs(), outs);
+      for (auto& o : outs) o.set_status(array::Status::available);
+      // What MLX's eval does after a node: drop its inputs (freeing what no
+      // later node needs) and its primitive.
+      node.detach();
+    }
+  } catch (...) {
+    t_inline = false;
+    throw;
+  }
+  t_inline = false;
+  return true;
 }
 
 }  // namespace mlxcel::fast

@@ -98,4 +98,10 @@ mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Pat
 /// not yet computed (what a step costs in MLX dispatches).
 std::vector<std::string> pending_ops(const std::vector<mx::array>& outputs);
 
+/// Evaluates `outputs` on the calling thread, node after node in dependency
+/// order with no MLX stream task, when every node still to compute is one of
+/// mlxcel's CPU kernels (and none is traced); returns false, having done
+/// nothing, otherwise (the caller then uses MLX's eval).
+bool eval_inline(const std::vector<mx::array>& outputs);
+
 }  // namespace mlxcel::fast
