@@ -750,6 +750,8 @@ fn one_graph_node_per_kernel() {
 #[test]
 fn kernel_graphs_evaluate_inline_like_mlx() {
     init();
+    // The ISA is process-wide: both evaluations must run the same kernels.
+    let _guard = lock();
     let mut rng = rng("kernel_graphs_evaluate_inline_like_mlx").0;
     let (w1, w2) = (quantized(&mut rng, 128, 64, 32, 4), quantized(&mut rng, 64, 128, 64, 8));
     let norm = arr(&uniform(&mut rng, 64, 0.5, 1.5), &[64]);

@@ -140,9 +140,10 @@ void launch(mx::Primitive& p, const std::vector<array>& inputs, array& out, F f)
   });
 }
 
-// `launch` for primitives with several outputs.
+// Dispatches `f(inputs, outputs)` on the stream for outputs whose memory is
+// already set (allocated, or an input's buffer taken over).
 template <class F>
-void launch_multi(mx::Primitive& p, const std::vector<array>& inputs, std::vector<array>& outputs, F f) {
+void dispatch_multi(mx::Primitive& p, const std::vector<array>& inputs, std::vector<array>& outputs, F f) {
   auto& enc = mx::cpu::get_command_encoder(p.stream());
   std::vector<array> ins, outs;
   ins.reserve(inputs.size());
@@ -152,11 +153,17 @@ void launch_multi(mx::Primitive& p, const std::vector<array>& inputs, std::vecto
     ins.push_back(array::unsafe_weak_copy(in));
   }
   for (auto& out : outputs) {
-    out.set_data(mx::allocator::malloc(out.nbytes()));
     enc.set_output_array(out);
     outs.push_back(array::unsafe_weak_copy(out));
   }
   submit(enc, [f = std::move(f), ins = std::move(ins), outs = std::move(outs)]() mutable { f(ins, outs); });
+}
+
+// `launch` for primitives with several outputs.
+template <class F>
+void launch_multi(mx::Primitive& p, const std::vector<array>& inputs, std::vector<array>& outputs, F f) {
+  for (auto& out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+  dispatch_multi(p, inputs, outputs, std::move(f));
 }
 
 class KernelPrimitive : public mx::UnaryPrimitive {
@@ -774,7 +781,6 @@ class CachedAttention : public mx::Primitive {
   }
 
   void eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
-    auto& enc = mx::cpu::get_command_encoder(stream());
     // Every output of a multi-output node holds its own copy of the inputs
     // (array::make_arrays), so each cache buffer has one reference per output
     // here and is never donatable. MLX drops the siblings' copies right after
@@ -798,17 +804,9 @@ class CachedAttention : public mx::Primitive {
       }
     }
     outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
-    std::vector<array> ins, outs;
-    for (const auto& in : inputs) {
-      enc.set_input_array(in);
-      ins.push_back(array::unsafe_weak_copy(in));
-    }
-    for (auto& out : outputs) {
-      enc.set_output_array(out);
-      outs.push_back(array::unsafe_weak_copy(out));
-    }
-    submit(enc, [rope = rope_, step = step_, keep_k = donated[0], keep_v = donated[1], ins = std::move(ins),
-                 outs = std::move(outs)]() mutable { run(rope, step, keep_k, keep_v, ins, outs); });
+    dispatch_multi(*this, inputs, outputs,
+                   [rope = rope_, step = step_, keep_k = donated[0], keep_v = donated[1]](
+                       std::vector<array>& ins, std::vector<array>& outs) { run(rope, step, keep_k, keep_v, ins, outs); });
   }
 
  private:
