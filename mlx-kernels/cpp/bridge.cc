@@ -469,8 +469,9 @@ ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scal
 }
 
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                               int32_t group_size, int32_t bits, uint8_t path) {
-  return wrap(fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+                               int32_t group_size, int32_t bits, float scale, uint8_t path) {
+  return wrap(
+      fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, scale, to_path(path)));
 }
 
 namespace {

@@ -109,7 +109,7 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
 // mlxcel's kernels (cpp/kernels/primitives.h): path 0 picks ours when it can,
 // 1 insists on ours, 2 always takes MLX's op.
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
-ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
+ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, float scale, uint8_t path);
 std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path);

@@ -160,38 +160,56 @@ impl Fast {
     /// `x [B, L, K]` and `(W_i, heads_i)` with `heads_i > 0`, output i is
     /// `[B, heads_i, L, N_i / heads_i]` (attention's layout); with 0 it is
     /// `[B, L, N_i]`.
+    ///
+    /// Weights of different bit widths or group sizes (a Q4_K_M model's 4-bit
+    /// q and k with a 6-bit v) become one node per width and group size.
     pub fn quantized_linear_heads(&self, x: &Array, ws: &[(&Quantized, i32)]) -> Result<Vec<Array>> {
-        let first = ws.first().ok_or_else(|| Error::invalid("quantized_linear_heads", "no weights"))?.0;
-        let fusable = ws.len() <= 8
-            && ws.iter().all(|(w, _)| {
-                w.mode == QuantMode::Affine
-                    && w.biases.is_some()
-                    && w.bits == first.bits
-                    && w.group_size == first.group_size
-            });
-        if !fusable {
-            if self.path == Path::Kernel {
-                return Err(Error::invalid(
-                    "quantized_linear_heads",
-                    "mlxcel's kernel fuses at most 8 affine weights of one bit width and group size",
-                ));
-            }
-            return ws
-                .iter()
-                .map(|&(w, heads)| {
-                    let y = self.quantized_linear(x, w)?;
-                    if heads <= 0 {
-                        return Ok(y);
-                    }
-                    let s = x.shape();
-                    let n = w.weight.shape()[0];
-                    y.reshape(&[s[0], s[1], heads, n / heads])?.transpose(&[0, 2, 1, 3])
-                })
-                .collect();
+        if ws.is_empty() {
+            return Err(Error::invalid("quantized_linear_heads", "no weights"));
         }
+        let fusable = ws.len() <= 8 && ws.iter().all(|(w, _)| w.mode == QuantMode::Affine && w.biases.is_some());
+        if fusable {
+            let same_layout = |a: &Quantized, b: &Quantized| a.bits == b.bits && a.group_size == b.group_size;
+            let mut outputs: Vec<Option<Array>> = ws.iter().map(|_| None).collect();
+            for i in 0..ws.len() {
+                if outputs[i].is_some() {
+                    continue;
+                }
+                let members: Vec<usize> =
+                    (i..ws.len()).filter(|&j| outputs[j].is_none() && same_layout(ws[i].0, ws[j].0)).collect();
+                let group: Vec<(&Quantized, i32)> = members.iter().map(|&j| ws[j]).collect();
+                for (j, y) in members.into_iter().zip(self.fused_linear_heads(x, &group)?) {
+                    outputs[j] = Some(y);
+                }
+            }
+            return Ok(outputs.into_iter().flatten().collect());
+        }
+        if self.path == Path::Kernel {
+            return Err(Error::invalid(
+                "quantized_linear_heads",
+                "mlxcel's kernel fuses at most 8 affine weights with biases",
+            ));
+        }
+        ws.iter()
+            .map(|&(w, heads)| {
+                let y = self.quantized_linear(x, w)?;
+                if heads <= 0 {
+                    return Ok(y);
+                }
+                let s = x.shape();
+                let n = w.weight.shape()[0];
+                y.reshape(&[s[0], s[1], heads, n / heads])?.transpose(&[0, 2, 1, 3])
+            })
+            .collect()
+    }
+
+    /// One fused node for affine weights with biases, of one bit width and
+    /// group size.
+    fn fused_linear_heads(&self, x: &Array, ws: &[(&Quantized, i32)]) -> Result<Vec<Array>> {
+        let first = ws.first().ok_or_else(|| Error::invalid("quantized_linear_heads", "no weights"))?.0;
         let mut list = Vec::with_capacity(ws.len() * 3);
         for (w, _) in ws {
-            list.extend([&w.weight, &w.scales, w.biases.as_ref().expect("checked above")]);
+            list.extend([&w.weight, &w.scales, w.biases.as_ref().expect("callers pass weights with biases")]);
         }
         let heads: Vec<i32> = ws.iter().map(|&(_, h)| h).collect();
         from_list(
@@ -258,6 +276,13 @@ impl Fast {
     /// The rows `ids` (any shape of integer ids) of a quantized table,
     /// dequantized: `[..ids, in]`.
     pub fn quantized_embedding(&self, ids: &Array, w: &Quantized) -> Result<Array> {
+        self.quantized_embedding_scaled(ids, w, 1.0)
+    }
+
+    /// [`Fast::quantized_embedding`] times `scale` (Gemma's `sqrt(hidden)`),
+    /// multiplied in f32 after dequantization as `embedding(ids) * scale`
+    /// would be, but without a node of its own.
+    pub fn quantized_embedding_scaled(&self, ids: &Array, w: &Quantized, scale: f32) -> Result<Array> {
         if w.mode != QuantMode::Affine {
             if self.path == Path::Kernel {
                 return Err(Error::invalid(
@@ -271,7 +296,8 @@ impl Fast {
                 biases: w.biases.as_ref().map(|b| b.take(ids, 0)).transpose()?,
                 ..w.clone()
             };
-            return rows.dequantize(None);
+            let rows = rows.dequantize(None)?;
+            return if scale == 1.0 { Ok(rows) } else { rows.multiply_scalar(scale) };
         }
         wrap(
             "quantized_embedding",
@@ -282,6 +308,7 @@ impl Fast {
                 opt(w.biases.as_ref()),
                 w.group_size,
                 w.bits,
+                scale,
                 self.path.code(),
             ),
         )
@@ -293,8 +320,9 @@ impl Fast {
     }
 
     /// `a + b` (broadcasting as MLX's `add`). A residual connection onto one
-    /// of our quantized products not yet computed (`h + o_proj(..)`) becomes
-    /// one node that adds as it writes; the result is bit-identical.
+    /// of our quantized products or RMS norms not yet computed
+    /// (`h + o_proj(..)`, Gemma's `h + post_norm(..)`) becomes one node that
+    /// adds as it writes; the result is bit-identical.
     pub fn add(&self, a: &Array, b: &Array) -> Result<Array> {
         wrap("add", bridge::fast_add(&a.inner, &b.inner, self.path.code()))
     }
@@ -478,6 +506,11 @@ pub fn quantized_gated_linear(x: &Array, gate: &Quantized, up: &Quantized, act: 
 /// [`Fast::quantized_embedding`] on the [`default_path`].
 pub fn quantized_embedding(ids: &Array, w: &Quantized) -> Result<Array> {
     on(default_path()).quantized_embedding(ids, w)
+}
+
+/// [`Fast::quantized_embedding_scaled`] on the [`default_path`].
+pub fn quantized_embedding_scaled(ids: &Array, w: &Quantized, scale: f32) -> Result<Array> {
+    on(default_path()).quantized_embedding_scaled(ids, w, scale)
 }
 
 /// [`Fast::rms_norm`] on the [`default_path`].

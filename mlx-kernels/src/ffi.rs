@@ -190,6 +190,7 @@ pub(crate) mod bridge {
             biases: UniquePtr<Array>,
             group_size: i32,
             bits: i32,
+            scale: f32,
             path: u8,
         ) -> Result<UniquePtr<Array>>;
         fn fast_quantized_linear_multi(

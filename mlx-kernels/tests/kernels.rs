@@ -253,6 +253,31 @@ fn fused_projections_into_heads() {
             });
         }
     }
+    // Mixed layouts (a Q4_K_M model's 4-bit q and k, 6-bit v): one node per
+    // bit width and group size, outputs in the order asked, still split into
+    // heads by the kernels (no reshape or transpose of MLX's).
+    let k = 256usize;
+    let wq = quantized(&mut rng, 96, k, 32, 4);
+    let wk = quantized(&mut rng, 32, k, 32, 4);
+    let wv = quantized(&mut rng, 32, k, 64, 6);
+    for q in [&wq, &wk, &wv] {
+        Array::eval_all(&[&q.weight, &q.scales, q.biases.as_ref().unwrap()]).unwrap();
+    }
+    let x = normal(&mut rng, 3 * k);
+    let xa = arr(&x, &[1, 3, k as i32]);
+    let ws = [(&wq, 6), (&wv, 2), (&wk, 2)];
+    let want = mlx().quantized_linear_heads(&xa, &ws).unwrap();
+    each_config(|cfg| {
+        let got = kernel().quantized_linear_heads(&xa, &ws).unwrap();
+        let outputs: Vec<&Array> = got.iter().collect();
+        assert_eq!(fast::pending_ops(&outputs), vec!["MlxcelQuantizedLinearMulti".to_string(); 2], "{cfg}");
+        for (i, ((g, w), (q, _))) in got.iter().zip(&want).zip(ws).enumerate() {
+            assert_eq!(g.shape(), w.shape(), "{cfg} mixed output {i}");
+            let rows =
+                |t: &Array| vals(&t.transpose(&[0, 2, 1, 3]).unwrap().reshape(&[3, q.weight.shape()[0]]).unwrap());
+            check_qlinear(&format!("{cfg} mixed output {i}"), q, &x, 3, k, &rows(g), &rows(w));
+        }
+    });
 }
 
 /// act(x Gᵀ) * (x Uᵀ) in one node against the same from MLX's ops. Both
@@ -337,6 +362,23 @@ fn graph_fusions_are_exact() {
             let want = if residual_first { r.add(&product).unwrap() } else { product.add(&r).unwrap() };
             assert_eq!(vals(&sum), vals(&want), "residual absorbed, {threads} thread(s)");
         }
+        // A residual added to a pending RMS norm (Gemma's post-norms): one
+        // norm node, the same bits as norm + add; it is not absorbed into a
+        // product as a plain norm would be.
+        let r = arr(&normal(&mut rng, (b * l * dim) as usize), &[b, l, dim]);
+        r.eval().unwrap();
+        for residual_first in [false, true] {
+            let n = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
+            let sum = if residual_first { kernel().add(&r, &n).unwrap() } else { kernel().add(&n, &r).unwrap() };
+            assert_eq!(fast::pending_ops(&[&sum]), vec!["MlxcelRmsNormAdd".to_string()]);
+            let after = kernel().quantized_linear(&sum, &wg).unwrap();
+            let mut ops = fast::pending_ops(&[&after]);
+            ops.sort();
+            assert_eq!(ops, vec!["MlxcelQuantizedLinear", "MlxcelRmsNormAdd"]);
+            let n = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
+            n.eval().unwrap();
+            assert_eq!(vals(&sum), vals(&r.add(&n).unwrap()), "residual absorbed by the norm, {threads} thread(s)");
+        }
         // Shapes that only broadcast stay MLX's add.
         let row = arr(&normal(&mut rng, (heads * hd) as usize), &[heads * hd]);
         let broadcast = kernel().add(&kernel().quantized_linear(&h, &wq).unwrap(), &row).unwrap();
@@ -383,6 +425,12 @@ fn quantized_embedding_matches_mlx_dequantize() {
                 assert_eq!(got.shape(), vec![1, 11, dim as i32]);
                 // Both compute scale * q + bias with the same two roundings.
                 assert_eq!(vals(&got), want, "{cfg} bits={bits} group={group}");
+                // Scaled (Gemma's sqrt(hidden)): the same bits as multiplying
+                // the rows afterwards, in one node.
+                let scaled = kernel().quantized_embedding_scaled(&ids, &q, 25.25).unwrap();
+                assert_eq!(fast::pending_ops(&[&scaled]), vec!["MlxcelQuantizedGather".to_string()]);
+                let want_scaled = vals(&arr(&want, &[1, 11, dim as i32]).multiply_scalar(25.25).unwrap());
+                assert_eq!(vals(&scaled), want_scaled, "{cfg} bits={bits} group={group} scaled");
             });
         }
     }

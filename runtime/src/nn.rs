@@ -95,6 +95,16 @@ impl Embedding {
         }
     }
 
+    /// `forward(ids) * scale` (Gemma scales its embeddings by `sqrt(hidden)`);
+    /// for a quantized table the kernel multiplies as it dequantizes, so the
+    /// step needs no node of MLX's.
+    pub fn forward_scaled(&self, ids: &Array, scale: f32) -> Result<Array> {
+        match self {
+            Embedding::Dense(table) => Ok(table.take(ids, 0)?.multiply_scalar(scale)?),
+            Embedding::Quantized(q) => Ok(fast::quantized_embedding_scaled(ids, q, scale)?),
+        }
+    }
+
     /// `x Eᵀ`: logits over the vocabulary for tied embeddings.
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
         match self {

@@ -51,13 +51,17 @@ fn main() {
         fast::threads()
     );
 
-    // The operations of one decode step (after a 16-token prompt).
+    // The operations of one steady decode step (after a 16-token prompt and
+    // a first step, which may grow a sliding-window ring).
     let mut caches: Vec<KvCache> = model.new_caches(None);
     let prompt: Vec<u32> = (0..16).collect();
-    let h = model.hidden_states(&Array::from_slice(&prompt, &[1, 16]).unwrap(), &mut caches).unwrap();
-    let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
-    outs.push(&h);
-    Array::eval_all(&outs).unwrap();
+    for tokens in [&prompt[..], &[5]] {
+        let h =
+            model.hidden_states(&Array::from_slice(tokens, &[1, tokens.len() as i32]).unwrap(), &mut caches).unwrap();
+        let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
+        outs.push(&h);
+        Array::eval_all(&outs).unwrap();
+    }
     let h = model.hidden_states(&Array::from_slice(&[7u32], &[1, 1]).unwrap(), &mut caches).unwrap();
     let logits = model.logits(&h).unwrap();
     let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();

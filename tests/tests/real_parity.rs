@@ -18,12 +18,16 @@
 //! still catches any real difference, which shows up at 1e-1 and above.
 
 use std::ops::ControlFlow;
+use std::path::Path;
 use std::process::Command;
 
+use mlxcel_mlx::{Array, Dtype, fast};
 use mlxcel_runtime::backend::{Backend, MlxBackend};
 use mlxcel_runtime::chat::Message;
 use mlxcel_runtime::generate::{GenerationOptions, generate};
-use mlxcel_runtime::loader::{LoadOptions, load};
+use mlxcel_runtime::kv_cache::KvCache;
+use mlxcel_runtime::loader::{LoadOptions, load, weights_from_bundle};
+use mlxcel_runtime::models;
 use mlxcel_tests::{export_mlx_lm_dir, mlxcel_compile_bin, read_json, real_model, run_reference_script};
 
 /// Chat prompts (through the template) and raw prompts (completed as text).
@@ -50,6 +54,7 @@ fn check(gguf: &str) {
     export_mlx_lm_dir(&bundle, &export);
 
     mlxcel_mlx::device::set_default_device(mlxcel_mlx::Device::Cpu).unwrap();
+    assert_decode_step_is_all_kernels(&bundle);
     let mut model = load(&bundle, &LoadOptions::default()).unwrap();
     let mut requests = Vec::new();
     for (chat, prompts) in [(true, CHAT_PROMPTS), (false, RAW_PROMPTS)] {
@@ -99,6 +104,39 @@ fn check(gguf: &str) {
     }
     eprintln!("{gguf}: largest first-position log-probability difference over all prompts: {worst:e}");
     assert!(worst <= 1e-2, "{gguf}: log-probabilities differ by {worst}");
+}
+
+/// A decode step of the model (one that does not grow a cache) is nothing but
+/// mlxcel's CPU kernels, so `fast::eval` runs it inline on the calling thread
+/// (docs/kernels.md "Evaluating a step inline"). Gemma 3's Q4_K_M weights
+/// mix 4- and 6-bit projections, its post-norms feed residual sums and its
+/// embeddings are scaled: each once left MLX nodes in the step.
+fn assert_decode_step_is_all_kernels(bundle_path: &Path) {
+    let bundle = mlxcel_bundle::Bundle::open(bundle_path).unwrap();
+    let config: serde_json::Value = serde_json::from_str(bundle.config_json()).unwrap();
+    let (weights, _) = weights_from_bundle(&bundle, Dtype::F32).unwrap();
+    let model = models::build(bundle.architecture(), &config, &weights).unwrap();
+    let mut caches: Vec<KvCache> = model.new_caches(None);
+    // A 5-token prompt, then two single-token steps: the first may grow a
+    // sliding-window ring (MLX concatenations, once per 256 positions), the
+    // second is a steady-state step.
+    let mut ops = Vec::new();
+    for tokens in [&[1u32, 2, 3, 4, 5][..], &[6], &[7]] {
+        let hidden =
+            model.hidden_states(&Array::from_slice(tokens, &[1, tokens.len() as i32]).unwrap(), &mut caches).unwrap();
+        let logits = model.logits(&hidden).unwrap();
+        let mut outputs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
+        outputs.push(&logits);
+        ops = fast::pending_ops(&outputs);
+        fast::eval(&outputs).unwrap();
+    }
+    let others: Vec<&String> = ops.iter().filter(|op| !op.starts_with("Mlxcel")).collect();
+    assert!(
+        others.is_empty(),
+        "{}: a decode step has MLX nodes {others:?} among {} ops",
+        bundle_path.display(),
+        ops.len()
+    );
 }
 
 /// The logits after the whole prompt, computed like generation computes them

@@ -180,11 +180,12 @@ class KernelPrimitive : public mx::UnaryPrimitive {
 
 class QuantizedGather : public KernelPrimitive {
  public:
-  QuantizedGather(mx::Stream s, int gs, int bits) : KernelPrimitive(s), gs_(gs), bits_(bits) {}
+  QuantizedGather(mx::Stream s, int gs, int bits, float scale)
+      : KernelPrimitive(s), gs_(gs), bits_(bits), scale_(scale) {}
   const char* name() const override { return "MlxcelQuantizedGather"; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& q = static_cast<const QuantizedGather&>(o);
-    return gs_ == q.gs_ && bits_ == q.bits_;
+    return gs_ == q.gs_ && bits_ == q.bits_ && scale_ == q.scale_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
     auto shape = in[0].shape();
@@ -192,7 +193,7 @@ class QuantizedGather : public KernelPrimitive {
     return {shape};
   }
   void eval_cpu(const std::vector<array>& inputs, array& out) override {
-    launch(*this, inputs, out, [gs = gs_, bits = bits_](std::vector<array>& in, array& out) {
+    launch(*this, inputs, out, [gs = gs_, bits = bits_, scale = scale_](std::vector<array>& in, array& out) {
       const array& ids = in[0];
       const int N = in[1].shape(0);
       std::vector<int64_t> idx(ids.size());
@@ -232,11 +233,17 @@ class QuantizedGather : public KernelPrimitive {
       a.group_size = gs;
       a.bits = bits;
       if (N > 0) kern::table().gather(a);
+      // After dequantization, as `embedding(ids) * scale` rounds (Gemma).
+      if (scale != 1.0f) {
+        float* o = out.data<float>();
+        for (size_t i = 0; i < out.size(); ++i) o[i] *= scale;
+      }
     });
   }
 
  private:
   int gs_, bits_;
+  float scale_;
 };
 
 // Several quantized products of one x in one pass (q, k and v; gate and up).
@@ -428,30 +435,42 @@ class QuantizedGatedLinear : public KernelPrimitive {
 
 class RmsNorm : public KernelPrimitive {
  public:
-  RmsNorm(mx::Stream s, float eps, bool has_weight) : KernelPrimitive(s), eps_(eps), has_weight_(has_weight) {}
-  const char* name() const override { return "MlxcelRmsNorm"; }
+  // With `residual`, the last input is added to the normalised rows as they
+  // are written: `residual + rms_norm(x) * w` (Gemma's post-norms).
+  RmsNorm(mx::Stream s, float eps, bool has_weight, bool residual = false)
+      : KernelPrimitive(s), eps_(eps), has_weight_(has_weight), residual_(residual) {}
+  // A different name for the residual form: `absorb_norm` must not fold it
+  // into a product as if it were a plain norm.
+  const char* name() const override { return residual_ ? "MlxcelRmsNormAdd" : "MlxcelRmsNorm"; }
   float eps() const { return eps_; }
   bool has_weight() const { return has_weight_; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& r = static_cast<const RmsNorm&>(o);
-    return eps_ == r.eps_ && has_weight_ == r.has_weight_;
+    return eps_ == r.eps_ && has_weight_ == r.has_weight_ && residual_ == r.residual_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override { return {in[0].shape()}; }
   void eval_cpu(const std::vector<array>& inputs, array& out) override {
-    launch(*this, inputs, out, [eps = eps_, has_weight = has_weight_](std::vector<array>& in, array& out) {
-      const int D = in[0].shape(-1);
-      if (D == 0 || in[0].size() == 0) return;
-      std::vector<float> xb, wb;
-      int64_t ldx = 0;
-      const float* x = rows_of(in[0], xb, ldx);
-      const float* w = has_weight ? row_major(in[1], wb) : nullptr;
-      kern::table().rms_norm(x, ldx, w, out.data<float>(), static_cast<int>(in[0].size() / D), D, eps);
-    });
+    launch(*this, inputs, out,
+           [eps = eps_, has_weight = has_weight_, residual = residual_](std::vector<array>& in, array& out) {
+             const int D = in[0].shape(-1);
+             if (D == 0 || in[0].size() == 0) return;
+             std::vector<float> xb, wb, rb;
+             int64_t ldx = 0;
+             const float* x = rows_of(in[0], xb, ldx);
+             const float* w = has_weight ? row_major(in[1], wb) : nullptr;
+             float* o = out.data<float>();
+             kern::table().rms_norm(x, ldx, w, o, static_cast<int>(in[0].size() / D), D, eps);
+             if (residual) {
+               const float* r = row_major(in.back(), rb);
+               for (size_t i = 0; i < out.size(); ++i) o[i] = r[i] + o[i];
+             }
+           });
   }
 
  private:
   float eps_;
   bool has_weight_;
+  bool residual_;
 };
 
 // ---------------------------------------------------------------------------
@@ -1100,6 +1119,19 @@ mx::array add(const mx::array& a, const mx::array& b, Path path) {
                                                          q.norm(), true);
       return array(p->shape(), mx::float32, std::move(prim), std::move(inputs));
     }
+    // `r + rms_norm(y)` (a norm after the block, before the residual): one
+    // norm node that adds the residual as it writes.
+    for (const auto& [n, r] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+      if (!n->has_primitive() || n->status() != array::Status::unscheduled ||
+          std::strcmp(n->primitive().name(), "MlxcelRmsNorm") != 0 || r->dtype() != mx::float32 ||
+          r->shape() != n->shape())
+        continue;
+      const auto& norm = static_cast<const RmsNorm&>(n->primitive());
+      std::vector<array> inputs = n->inputs();
+      inputs.push_back(*r);
+      auto prim = std::make_shared<RmsNorm>(n->primitive().stream(), norm.eps(), norm.has_weight(), true);
+      return array(n->shape(), mx::float32, std::move(prim), std::move(inputs));
+    }
   }
   return mx::add(a, b);
 }
@@ -1125,13 +1157,15 @@ mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWe
 }
 
 mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
-                           const std::optional<mx::array>& biases, int group_size, int bits, Path path) {
+                           const std::optional<mx::array>& biases, int group_size, int bits, float scale,
+                           Path path) {
   auto s = mx::default_stream(mx::default_device());
   const bool on_cpu = s.device == mx::Device::cpu;
   auto mlx_op = [&] {
     std::optional<array> b;
     if (biases) b = mx::take(*biases, ids, 0);
-    return mx::dequantize(mx::take(w, ids, 0), mx::take(scales, ids, 0), b, group_size, bits, "affine");
+    auto rows = mx::dequantize(mx::take(w, ids, 0), mx::take(scales, ids, 0), b, group_size, bits, "affine");
+    return scale == 1.0f ? rows : mx::multiply(rows, array(scale, rows.dtype()));
   };
   std::string why;
   if (!on_cpu) {
@@ -1144,7 +1178,7 @@ mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::a
   if (!use_kernel(path, "quantized_gather", why)) return mlx_op();
   auto shape = ids.shape();
   shape.push_back(w.shape(1) * 32 / bits);
-  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGather>(s, group_size, bits),
+  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGather>(s, group_size, bits, scale),
                {ids, w, scales, *biases});
 }
 

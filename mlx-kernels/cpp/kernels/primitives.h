@@ -39,15 +39,18 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
 mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
                                  int group_size, int bits, Path path);
 
-/// Rows `ids` of affine-quantized W, dequantized: `[..ids, K]`.
+/// Rows `ids` of affine-quantized W, dequantized and multiplied by `scale`:
+/// `[..ids, K]`.
 mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
-                           const std::optional<mx::array>& biases, int group_size, int bits, Path path);
+                           const std::optional<mx::array>& biases, int group_size, int bits, float scale,
+                           Path path);
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path);
 
-/// `a + b`; when one side is a not yet computed plain quantized product of
-/// ours and the other has its shape (a residual connection), one product node
-/// that adds it. MLX's `add` otherwise (and always on Path::Mlx).
+/// `a + b`; when one side is a not yet computed plain quantized product or
+/// RMS norm of ours and the other has its shape (a residual connection), one
+/// product or norm node that adds it. MLX's `add` otherwise (and always on
+/// Path::Mlx).
 mx::array add(const mx::array& a, const mx::array& b, Path path);
 
 mx::array rope(const mx::array& x, int dims, bool traditional, float base, float scale, int offset,

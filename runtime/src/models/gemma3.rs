@@ -4,7 +4,7 @@
 //! separate RoPE bases for local and global layers (Gemma Team 2025;
 //! mlx-lm `models/gemma3_text.py`).
 
-use mlxcel_mlx::{Array, Dtype};
+use mlxcel_mlx::{Array, Dtype, fast};
 
 use super::{Attention, Config, LanguageModel, QkvProjection, rope_from_config};
 use crate::error::{Error, Result};
@@ -34,10 +34,11 @@ impl DecoderLayer {
 }
 
 /// `x + y`; in float16 the sum is taken in f32 and clipped to the f16 range
-/// (Gemma's activations overflow f16 otherwise).
+/// (Gemma's activations overflow f16 otherwise). In f32, `fast::add` folds
+/// the sum into the post-norm that computes `y`.
 fn residual(x: &Array, y: &Array) -> Result<Array> {
     if x.dtype() != Dtype::F16 {
-        return Ok(x.add(y)?);
+        return Ok(fast::add(x, y)?);
     }
     let sum = x.astype(Dtype::F32)?.add(&y.astype(Dtype::F32)?)?;
     let bound = f32::from(half::f16::MAX);
@@ -141,8 +142,7 @@ impl Gemma3 {
 
 impl LanguageModel for Gemma3 {
     fn hidden_states(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
-        let mut h = self.embed_tokens.forward(tokens)?;
-        h = h.multiply_scalar(self.embed_scale)?;
+        let mut h = self.embed_tokens.forward_scaled(tokens, self.embed_scale)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             h = layer.forward(&h, cache)?;
         }
