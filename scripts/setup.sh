@@ -33,6 +33,11 @@ stamp_write() {
 
 # ---------------------------------------------------------------- apt packages
 apt_packages=(g++ make)
+# On x86-64, `make isa-check` cross-compiles the kernels' check for AArch64
+# and runs it under qemu-user (the NEON build; scripts/isa_check.sh).
+if [ "$(uname -m)" = x86_64 ]; then
+  apt_packages+=(g++-aarch64-linux-gnu qemu-user)
+fi
 missing=()
 for pkg in "${apt_packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)

@@ -587,7 +587,7 @@ pub fn set_threads(n: usize) {
 /// The instruction sets the kernels are built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
-    /// Portable C++ (every CPU; arm64 runs this until it has a NEON layer).
+    /// Portable C++ (every CPU).
     Scalar,
     /// x86-64 AVX2 with FMA (8 lanes).
     Avx2,
@@ -596,11 +596,14 @@ pub enum Isa {
     /// AVX-512 with VNNI: the 4- and 8-bit matvecs run on int16 activations
     /// (`vpdpwssd`; docs/kernels.md "Integer dot products").
     Avx512Vnni,
+    /// AArch64 NEON (4 lanes; every AArch64 CPU has it).
+    Neon,
 }
 
 impl Isa {
-    /// Every ISA, lowest first.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+    /// Every ISA, each architecture's lowest first (the last one supported is
+    /// the best this CPU has).
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
 
     fn code(self) -> u8 {
         match self {
@@ -608,16 +611,18 @@ impl Isa {
             Isa::Avx2 => 1,
             Isa::Avx512 => 2,
             Isa::Avx512Vnni => 3,
+            Isa::Neon => 4,
         }
     }
 
-    /// `scalar`, `avx2`, `avx512` or `avx512vnni`.
+    /// `scalar`, `avx2`, `avx512`, `avx512vnni` or `neon`.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
             Isa::Avx512Vnni => "avx512vnni",
+            Isa::Neon => "neon",
         }
     }
 
@@ -636,6 +641,7 @@ impl std::fmt::Display for Isa {
 /// The ISA the kernels run with now.
 pub fn isa() -> Isa {
     match bridge::kernels_isa() {
+        4 => Isa::Neon,
         3 => Isa::Avx512Vnni,
         2 => Isa::Avx512,
         1 => Isa::Avx2,

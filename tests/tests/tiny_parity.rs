@@ -36,7 +36,7 @@ static KERNEL_BUILD: Mutex<()> = Mutex::new(());
 /// (module docs), then restores the best build.
 fn each_kernel_build(mut body: impl FnMut(&str, f32)) {
     let _guard: MutexGuard<'_, ()> = KERNEL_BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let float = [Isa::Avx512, Isa::Avx2, Isa::Scalar].into_iter().find(|i| i.is_supported()).unwrap();
+    let float = [Isa::Neon, Isa::Avx512, Isa::Avx2, Isa::Scalar].into_iter().find(|i| i.is_supported()).unwrap();
     let mut builds = vec![(float, 1e-4)];
     if Isa::Avx512Vnni.is_supported() {
         builds.push((Isa::Avx512Vnni, 5e-3));

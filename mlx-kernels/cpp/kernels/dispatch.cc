@@ -1,7 +1,8 @@
 // Run-time ISA selection: cpuid (through GCC's __builtin_cpu_supports, which
-// also checks that the OS saves the vector registers) picks the best table;
-// MLXCEL_ISA=scalar|avx2|avx512|avx512vnni or set_isa() choose a lower one (tests run
-// every ISA the machine has this way).
+// also checks that the OS saves the vector registers) picks the best table on
+// x86-64, NEON is always there on AArch64; MLXCEL_ISA=scalar|avx2|avx512|
+// avx512vnni|neon or set_isa() choose another supported one (tests run every
+// ISA the machine has this way).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@ const Table& table_for(Isa isa) {
     case Isa::Avx512Vnni: return table_avx512vnni();
     case Isa::Avx512: return table_avx512();
     case Isa::Avx2: return table_avx2();
+    case Isa::Neon: return table_neon();
     default: return table_scalar();
   }
 }
@@ -28,6 +30,7 @@ const Table* initial_table() {
     if (std::strcmp(v, "avx2") == 0) want = Isa::Avx2;
     if (std::strcmp(v, "avx512") == 0) want = Isa::Avx512;
     if (std::strcmp(v, "avx512vnni") == 0) want = Isa::Avx512Vnni;
+    if (std::strcmp(v, "neon") == 0) want = Isa::Neon;
     if (isa_supported(want)) isa = want;
   }
   return &table_for(isa);
@@ -51,14 +54,18 @@ bool isa_supported(Isa isa) {
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("fma");
     case Isa::Avx512Vnni: return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
+    case Isa::Neon: return false;
   }
   return false;
+#elif defined(__aarch64__)
+  return isa == Isa::Scalar || isa == Isa::Neon;
 #else
   return isa == Isa::Scalar;
 #endif
 }
 
 Isa best_isa() {
+  if (isa_supported(Isa::Neon)) return Isa::Neon;
   if (isa_supported(Isa::Avx512Vnni)) return Isa::Avx512Vnni;
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;

@@ -158,6 +158,12 @@ inline V load_codes(const uint8_t* row, int64_t k) {
 #pragma GCC unroll 2
     for (int i = 0; i < W / 8; ++i) u[i] = S::pdep(load_le<BITS>(p + i * BITS), kMask);
     return S::u8x(u);
+  } else if constexpr (W == 4) {
+    // Half of the 8 codes (BITS whole bytes) that k's block of 8 lies in.
+    constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << BITS) - 1);
+    const uint8_t* p = row + (k & ~int64_t{7}) * BITS / 8;
+    const uint64_t u = S::pdep(load_le<BITS>(p), kMask) >> ((k & 4) * 8);
+    return S::u8x(&u);
   } else {
     return S::set1(static_cast<float>(code_at(row, k, BITS)));
   }

@@ -1,5 +1,6 @@
 // The portable build of the generic kernels (impl.h): one lane, no target
-// options. Every CPU can run it; it is also what arm64 runs (no NEON layer yet).
+// options. Every CPU can run it; it is the reference the NEON build is
+// checked against (cpp/tests/isa_check.cc).
 #include <cstddef>
 #include <cstdint>
 

@@ -3,8 +3,9 @@
 //
 // Every kernel reads f32 activations and accumulates in f32. Each ISA file
 // compiles the same generic code (impl.h) against its own SIMD layer under a
-// `#pragma GCC target`, so one binary carries scalar, AVX2+FMA and AVX-512
-// versions and `table()` picks one at run time from cpuid.
+// `#pragma GCC target`, so one x86-64 binary carries scalar, AVX2+FMA and
+// AVX-512 versions and `table()` picks one at run time from cpuid; an AArch64
+// binary carries scalar and NEON.
 #pragma once
 
 #include <cstddef>
@@ -13,11 +14,18 @@
 
 namespace mlxcel::kern {
 
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3 };
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4 };
 
 /// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
 /// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
 enum ScaleType : int { kScaleF32 = 0, kScaleF16 = 1, kScaleBF16 = 2 };
+
+/// MLX's CPU exp (mlx/backend/cpu/simd/math.h) computes 2^f for the
+/// fraction f of x·log2(e) by this polynomial, highest coefficient first, in
+/// Horner's form with FMAs; every SIMD layer evaluates it the same way.
+inline constexpr float kExp2Poly[7] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
+                                       5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f,
+                                       1.0f};
 
 /// IEEE half to float (exact; subnormals, infinities and NaN included).
 inline float half_to_float(uint16_t h) {
@@ -149,6 +157,7 @@ const Table& table_scalar();
 const Table& table_avx2();
 const Table& table_avx512();
 const Table& table_avx512vnni();
+const Table& table_neon();
 
 /// The kernels in use (the best the CPU supports unless set otherwise).
 const Table& table();

@@ -45,13 +45,9 @@ struct S {
     V x = _mm256_mul_ps(x0, set1(1.442695f));
     V ip = _mm256_floor_ps(_mm256_add_ps(x, set1(0.5f)));
     V f = _mm256_sub_ps(x, ip);
-    V p = set1(1.535336188319500e-4f);
-    p = fma(p, f, set1(1.339887440266574e-3f));
-    p = fma(p, f, set1(9.618437357674640e-3f));
-    p = fma(p, f, set1(5.550332471162809e-2f));
-    p = fma(p, f, set1(2.402264791363012e-1f));
-    p = fma(p, f, set1(6.931472028550421e-1f));
-    p = fma(p, f, set1(1.0f));
+    V p = set1(kExp2Poly[0]);
+#pragma GCC unroll 6
+    for (int i = 1; i < 7; ++i) p = fma(p, f, set1(kExp2Poly[i]));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(ip), _mm256_set1_epi32(127)), 23);
     V r = _mm256_mul_ps(_mm256_castsi256_ps(e), p);
     r = _mm256_blendv_ps(r, x0, _mm256_cmp_ps(x0, x0, _CMP_UNORD_Q));

@@ -39,13 +39,9 @@ struct S {
     V x = _mm512_mul_ps(x0, set1(1.442695f));
     V ip = _mm512_roundscale_ps(_mm512_add_ps(x, set1(0.5f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     V f = _mm512_sub_ps(x, ip);
-    V p = set1(1.535336188319500e-4f);
-    p = fma(p, f, set1(1.339887440266574e-3f));
-    p = fma(p, f, set1(9.618437357674640e-3f));
-    p = fma(p, f, set1(5.550332471162809e-2f));
-    p = fma(p, f, set1(2.402264791363012e-1f));
-    p = fma(p, f, set1(6.931472028550421e-1f));
-    p = fma(p, f, set1(1.0f));
+    V p = set1(kExp2Poly[0]);
+#pragma GCC unroll 6
+    for (int i = 1; i < 7; ++i) p = fma(p, f, set1(kExp2Poly[i]));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(ip), _mm512_set1_epi32(127)), 23);
     V r = _mm512_mul_ps(_mm512_castsi512_ps(e), p);
     r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q), r, x0);

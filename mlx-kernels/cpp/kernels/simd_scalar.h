@@ -1,5 +1,5 @@
 // The portable scalar "SIMD" layer (one lane). Included only by isa_scalar.cc.
-// It is the fallback of every other CPU (arm64 included: no NEON layer yet).
+// It is the fallback of every CPU without one of the vector layers.
 #pragma once
 
 struct S {
@@ -33,13 +33,9 @@ struct S {
     float x = x0 * 1.442695f;
     float ip = __builtin_floorf(x + 0.5f);
     float f = x - ip;
-    float p = 1.535336188319500e-4f;
-    p = fma(p, f, 1.339887440266574e-3f);
-    p = fma(p, f, 9.618437357674640e-3f);
-    p = fma(p, f, 5.550332471162809e-2f);
-    p = fma(p, f, 2.402264791363012e-1f);
-    p = fma(p, f, 6.931472028550421e-1f);
-    p = fma(p, f, 1.0f);
+    float p = kExp2Poly[0];
+#pragma GCC unroll 6
+    for (int i = 1; i < 7; ++i) p = fma(p, f, kExp2Poly[i]);
     if (x0 != x0) return x0;
     if (x0 > 88.0f) return __builtin_huge_valf();
     if (x0 < -88.0f) return 0.0f;
