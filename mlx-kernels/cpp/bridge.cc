@@ -537,8 +537,12 @@ int32_t kernels_threads() { return kern::pool_threads(); }
 int32_t kernels_default_threads() { return kern::default_threads(); }
 void kernels_set_threads(int32_t n) { kern::set_pool_threads(n); }
 uint8_t kernels_isa() { return static_cast<uint8_t>(kern::table().isa); }
-bool kernels_isa_supported(uint8_t isa) { return isa <= 4 && kern::isa_supported(static_cast<kern::Isa>(isa)); }
-bool kernels_set_isa(uint8_t isa) { return isa <= 4 && kern::set_isa(static_cast<kern::Isa>(isa)); }
+bool kernels_isa_supported(uint8_t isa) {
+  return isa <= static_cast<uint8_t>(kern::kLastIsa) && kern::isa_supported(static_cast<kern::Isa>(isa));
+}
+bool kernels_set_isa(uint8_t isa) {
+  return isa <= static_cast<uint8_t>(kern::kLastIsa) && kern::set_isa(static_cast<kern::Isa>(isa));
+}
 double kernels_read_bandwidth(size_t bytes, int32_t reps) { return kern::read_bandwidth_gbs(bytes, reps); }
 
 bool eval_inline(const ArrayList& list) { return fast::eval_inline(list.items); }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
 
@@ -24,15 +25,8 @@ const Table& table_for(Isa isa) {
 
 const Table* initial_table() {
   Isa isa = best_isa();
-  if (const char* v = std::getenv("MLXCEL_ISA")) {
-    Isa want = isa;
-    if (std::strcmp(v, "scalar") == 0) want = Isa::Scalar;
-    if (std::strcmp(v, "avx2") == 0) want = Isa::Avx2;
-    if (std::strcmp(v, "avx512") == 0) want = Isa::Avx512;
-    if (std::strcmp(v, "avx512vnni") == 0) want = Isa::Avx512Vnni;
-    if (std::strcmp(v, "neon") == 0) want = Isa::Neon;
-    if (isa_supported(want)) isa = want;
-  }
+  Isa want;
+  if (const char* v = std::getenv("MLXCEL_ISA"); v && isa_from_name(v, want) && isa_supported(want)) isa = want;
   return &table_for(isa);
 }
 
@@ -42,6 +36,21 @@ std::atomic<const Table*>& current() {
 }
 
 }  // namespace
+
+bool isa_from_name(const char* name, Isa& isa) {
+  static constexpr std::pair<const char*, Isa> kNames[] = {{"scalar", Isa::Scalar},
+                                                           {"avx2", Isa::Avx2},
+                                                           {"avx512", Isa::Avx512},
+                                                           {"avx512vnni", Isa::Avx512Vnni},
+                                                           {"neon", Isa::Neon}};
+  for (const auto& [n, i] : kNames) {
+    if (std::strcmp(name, n) == 0) {
+      isa = i;
+      return true;
+    }
+  }
+  return false;
+}
 
 bool isa_supported(Isa isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -149,10 +149,11 @@ inline uint64_t load_le(const uint8_t* p) {
 // (4-bit codes take their own nibble paths.)
 template <int BITS>
 inline V load_codes(const uint8_t* row, int64_t k) {
+  // Where pdep spreads 8 codes: a byte per code, its BITS low bits.
+  [[maybe_unused]] constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << BITS) - 1);
   if constexpr (BITS == 8) {
     return S::u8(row + k);
   } else if constexpr (W >= 8) {
-    constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << BITS) - 1);
     const uint8_t* p = row + k * BITS / 8;
     uint64_t u[W / 8];
 #pragma GCC unroll 2
@@ -160,7 +161,6 @@ inline V load_codes(const uint8_t* row, int64_t k) {
     return S::u8x(u);
   } else if constexpr (W == 4) {
     // Half of the 8 codes (BITS whole bytes) that k's block of 8 lies in.
-    constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << BITS) - 1);
     const uint8_t* p = row + (k & ~int64_t{7}) * BITS / 8;
     const uint64_t u = S::pdep(load_le<BITS>(p), kMask) >> ((k & 4) * 8);
     return S::u8x(&u);

@@ -15,6 +15,8 @@
 namespace mlxcel::kern {
 
 enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4 };
+/// The highest `Isa` code (callers passing codes across the bridge check it).
+constexpr Isa kLastIsa = Isa::Neon;
 
 /// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
 /// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
@@ -167,6 +169,9 @@ bool isa_supported(Isa isa);
 bool set_isa(Isa isa);
 /// The best ISA of this CPU.
 Isa best_isa();
+/// The ISA named `name` (`scalar`, `avx2`, `avx512`, `avx512vnni`, `neon`,
+/// as `MLXCEL_ISA` takes them); false for any other name.
+bool isa_from_name(const char* name, Isa& isa);
 
 /// Best-of-`reps` read bandwidth (GB/s) of summing a `bytes` buffer on the pool's threads.
 double read_bandwidth_gbs(size_t bytes, int reps);

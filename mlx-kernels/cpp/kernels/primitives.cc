@@ -31,6 +31,13 @@ namespace {
 
 using mx::array;
 
+// Whether `a` is the not yet computed output of a `primitive` node: one that
+// a graph fusion may still rewrite or absorb.
+bool pending_node(const array& a, const char* primitive) {
+  return a.has_primitive() && a.status() == array::Status::unscheduled &&
+         std::strcmp(a.primitive().name(), primitive) == 0;
+}
+
 // ---------------------------------------------------------------------------
 // Reading inputs inside a task.
 
@@ -967,9 +974,7 @@ std::string quant_unsupported(const array& w, const array& scales, const std::op
 // (buffer, n) when `t` is a not yet computed Slice of the first n positions
 // (axis 2) of a 4-D buffer, all of its other axes whole.
 std::optional<std::pair<array, int>> prefix_slice(const array& t) {
-  if (!t.has_primitive() || t.status() != array::Status::unscheduled || t.ndim() != 4 ||
-      std::strcmp(t.primitive().name(), "Slice") != 0 || t.inputs().size() != 1)
-    return std::nullopt;
+  if (!pending_node(t, "Slice") || t.ndim() != 4 || t.inputs().size() != 1) return std::nullopt;
   const auto& [start, stop, strides] = static_cast<const mx::Slice&>(t.primitive()).state();
   const array& buf = t.inputs()[0];
   if (buf.ndim() != 4 || buf.dtype() != mx::float32) return std::nullopt;
@@ -1041,8 +1046,7 @@ struct FusedInput {
 };
 
 FusedInput absorb_norm(const mx::array& x) {
-  if (x.has_primitive() && x.status() == array::Status::unscheduled &&
-      std::strcmp(x.primitive().name(), "MlxcelRmsNorm") == 0) {
+  if (pending_node(x, "MlxcelRmsNorm")) {
     const auto& p = static_cast<const RmsNorm&>(x.primitive());
     NormSpec norm{p.has_weight() ? 2 : 1, p.eps()};
     std::optional<array> w;
@@ -1100,37 +1104,30 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
 
 mx::array add(const mx::array& a, const mx::array& b, Path path) {
   // `a + b` where one side is the not yet computed output of a plain
-  // quantized product of ours and the other has its shape: one product node
-  // that adds the residual as it writes (the product node on its own is then
-  // never evaluated unless something else reads it).
-  auto absorbable = [](const array& p, const array& r) {
-    if (!p.has_primitive() || p.status() != array::Status::unscheduled ||
-        std::strcmp(p.primitive().name(), "MlxcelQuantizedLinear") != 0)
-      return false;
-    return r.dtype() == mx::float32 && r.shape() == p.shape();
-  };
+  // quantized product (`h + o_proj(..)`) or RMS norm (`h + post_norm(..)`) of
+  // ours and the other has its shape: one node of the same kind that adds the
+  // residual as it writes (the original node is then never evaluated unless
+  // something else reads it).
+  // A product on either side is preferred to a norm.
   if (path != Path::Mlx && mx::default_device() == mx::Device::cpu) {
-    for (const auto& [p, r] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
-      if (!absorbable(*p, *r)) continue;
-      const auto& q = static_cast<const QuantizedLinearMulti&>(p->primitive());
-      std::vector<array> inputs = p->inputs();
-      inputs.push_back(*r);
-      auto prim = std::make_shared<QuantizedLinearMulti>(p->primitive().stream(), q.group_size(), q.bits(), q.heads(),
-                                                         q.norm(), true);
-      return array(p->shape(), mx::float32, std::move(prim), std::move(inputs));
-    }
-    // `r + rms_norm(y)` (a norm after the block, before the residual): one
-    // norm node that adds the residual as it writes.
-    for (const auto& [n, r] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
-      if (!n->has_primitive() || n->status() != array::Status::unscheduled ||
-          std::strcmp(n->primitive().name(), "MlxcelRmsNorm") != 0 || r->dtype() != mx::float32 ||
-          r->shape() != n->shape())
-        continue;
-      const auto& norm = static_cast<const RmsNorm&>(n->primitive());
-      std::vector<array> inputs = n->inputs();
-      inputs.push_back(*r);
-      auto prim = std::make_shared<RmsNorm>(n->primitive().stream(), norm.eps(), norm.has_weight(), true);
-      return array(n->shape(), mx::float32, std::move(prim), std::move(inputs));
+    for (const bool product : {true, false}) {
+      for (const auto& [p, r] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+        if (!pending_node(*p, product ? "MlxcelQuantizedLinear" : "MlxcelRmsNorm") || r->dtype() != mx::float32 ||
+            r->shape() != p->shape())
+          continue;
+        std::shared_ptr<mx::Primitive> prim;
+        if (product) {
+          const auto& q = static_cast<const QuantizedLinearMulti&>(p->primitive());
+          prim = std::make_shared<QuantizedLinearMulti>(p->primitive().stream(), q.group_size(), q.bits(), q.heads(),
+                                                        q.norm(), true);
+        } else {
+          const auto& n = static_cast<const RmsNorm&>(p->primitive());
+          prim = std::make_shared<RmsNorm>(p->primitive().stream(), n.eps(), n.has_weight(), true);
+        }
+        std::vector<array> inputs = p->inputs();
+        inputs.push_back(*r);
+        return array(p->shape(), mx::float32, std::move(prim), std::move(inputs));
+      }
     }
   }
   return mx::add(a, b);
@@ -1337,8 +1334,7 @@ std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, 
 
 mx::array merge_heads(const mx::array& x, Path path) {
   if (x.ndim() != 4) throw std::invalid_argument("merge_heads: expected [batch, heads, seq, dim], not " + shape_str(x.shape()));
-  if (path != Path::Mlx && x.has_primitive() && x.status() == array::Status::unscheduled &&
-      std::strcmp(x.primitive().name(), "MlxcelAttention") == 0) {
+  if (path != Path::Mlx && pending_node(x, "MlxcelAttention")) {
     const auto& p = static_cast<const Attention&>(x.primitive());
     if (!p.merged()) {
       const auto& in = x.inputs();

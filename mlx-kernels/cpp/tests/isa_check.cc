@@ -360,30 +360,16 @@ void check_read_sum(const Table& t) {
   }
 }
 
-bool parse_isa(const char* name, Isa& isa) {
-  const std::pair<const char*, Isa> names[] = {{"scalar", Isa::Scalar},
-                                               {"avx2", Isa::Avx2},
-                                               {"avx512", Isa::Avx512},
-                                               {"avx512vnni", Isa::Avx512Vnni},
-                                               {"neon", Isa::Neon}};
-  for (const auto& [n, i] : names)
-    if (std::strcmp(name, n) == 0) {
-      isa = i;
-      return true;
-    }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Isa isa = best_isa();
-  if (argc > 1 && !parse_isa(argv[1], isa)) {
+  if (argc > 1 && !isa_from_name(argv[1], isa)) {
     std::fprintf(stderr, "usage: isa_check [scalar|avx2|avx512|avx512vnni|neon]\n");
     return 2;
   }
   if (!set_isa(isa)) {
-    std::fprintf(stderr, "isa_check: this CPU cannot run the %s build\n", argv[1]);
+    std::fprintf(stderr, "isa_check: this CPU cannot run the %s build\n", argc > 1 ? argv[1] : "best");
     return 2;
   }
   const Table& t = table();
