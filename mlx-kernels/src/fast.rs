@@ -43,6 +43,7 @@ use cxx::UniquePtr;
 use crate::array::{Array, from_list, to_list, wrap};
 use crate::error::{Error, Result};
 use crate::ffi::bridge;
+use crate::layers::{Linear, Weight};
 use crate::ops::{AttentionMask, QuantMode, Quantized};
 
 /// Whose implementation an operation uses.
@@ -124,6 +125,73 @@ fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
 }
 
 impl Fast {
+    /// `x Wᵀ (+ b)` over the last axis of `x`: one of mlxcel's product
+    /// kernels for a quantized matrix (a residual [`Fast::add`]ed to the
+    /// result later joins it), MLX's matmul for a float one.
+    pub fn linear(&self, x: &Array, linear: &Linear) -> Result<Array> {
+        match (&linear.weight, &linear.bias) {
+            (Weight::Dense(w), None) => x.matmul(&w.transpose(&[])?),
+            (Weight::Dense(w), Some(b)) => Array::addmm(b, x, &w.transpose(&[])?, 1.0, 1.0),
+            (Weight::Quantized(q), bias) => {
+                let y = self.quantized_linear(x, q)?;
+                match bias {
+                    Some(b) => y.add(b),
+                    None => Ok(y),
+                }
+            }
+        }
+    }
+
+    /// Several projections of the same `x [batch, seq, in]`, each split into
+    /// heads: `(linear, heads)` gives `[batch, heads, seq, out / heads]`
+    /// (attention's q, k and v). Quantized projections without biases share
+    /// one node per bit width and group size (x is read once).
+    pub fn linear_heads(&self, x: &Array, projections: &[(&Linear, i32)]) -> Result<Vec<Array>> {
+        if projections.iter().any(|&(_, heads)| heads <= 0) {
+            return Err(Error::invalid("linear_heads", "every projection needs a positive head count"));
+        }
+        let bare: Option<Vec<(&Quantized, i32)>> =
+            projections.iter().map(|&(l, heads)| l.bare_quantized().map(|q| (q, heads))).collect();
+        if let Some(ws) = bare {
+            return self.quantized_linear_heads(x, &ws);
+        }
+        let s = x.shape();
+        if s.len() != 3 {
+            return Err(Error::invalid("linear_heads", format!("x must be [batch, seq, features], not {s:?}")));
+        }
+        projections
+            .iter()
+            .map(|&(l, heads)| {
+                let y = self.linear(x, l)?;
+                y.reshape(&[s[0], s[1], heads, l.out_features() / heads])?.transpose(&[0, 2, 1, 3])
+            })
+            .collect()
+    }
+
+    /// `act(x Gᵀ) * (x Uᵀ)`: a gated feed-forward's gate and up projections
+    /// with its activation; one node when both are quantized without biases
+    /// and share a bit width and group size.
+    pub fn gated_linear(&self, x: &Array, gate: &Linear, up: &Linear, act: GateActivation) -> Result<Array> {
+        if let (Some(g), Some(u)) = (gate.bare_quantized(), up.bare_quantized()) {
+            return self.quantized_gated_linear(x, g, u, act);
+        }
+        self.gated_activation(act, &self.linear(x, gate)?, &self.linear(x, up)?)
+    }
+
+    /// Rows `ids` (any shape of integer ids) of an embedding table, times
+    /// `scale` (Gemma's `sqrt(hidden)`; 1 for none): `[..ids, dim]`. A
+    /// quantized table is gathered and dequantized by one kernel that also
+    /// scales.
+    pub fn embedding(&self, ids: &Array, table: &Weight, scale: f32) -> Result<Array> {
+        match table {
+            Weight::Dense(t) => {
+                let rows = t.take(ids, 0)?;
+                if scale == 1.0 { Ok(rows) } else { rows.multiply_scalar(scale) }
+            }
+            Weight::Quantized(q) => self.quantized_embedding_scaled(ids, q, scale),
+        }
+    }
+
     /// `x @ Wᵀ` for a quantized `W [out, in]` and `x [.., in]`.
     pub fn quantized_linear(&self, x: &Array, w: &Quantized) -> Result<Array> {
         if w.mode != QuantMode::Affine {
@@ -362,30 +430,75 @@ impl Fast {
         )
     }
 
-    /// One attention step over a layer's KV cache: rotates `q [B, H, L, D]`
-    /// and `k [B, KVH, L, D]` for positions `offset..`, writes the rotated
-    /// keys and `v` into the cache buffers at `cache.slot`, and attends the
-    /// queries over the first `cache.visible` positions of the buffers.
-    /// Returns the attention with heads merged, `[B, L, H·Dv]`, and the
-    /// updated buffers.
+    /// One attention step over the KV caches of a batch of sequences, one
+    /// [`CacheRow`] per row of `q [B, H, L, D]`, `k [B, KVH, L, D]` and `v`:
+    /// rotates row b's queries and keys for positions `rows[b].offset..`,
+    /// writes its rotated keys and values into its own cache buffers at
+    /// `rows[b].cache.slot`, and attends its queries over the first
+    /// `rows[b].cache.visible` positions of those buffers. Returns the
+    /// attention with heads merged, `[B, L, H·Dv]`, and each row's updated
+    /// buffers.
     ///
-    /// On the CPU this is one node that writes the buffers in place (when
-    /// nothing else holds them, as MLX's `slice_update` does); otherwise it is
-    /// [`Fast::rope`], `slice_update` and [`Fast::scaled_dot_product_attention`].
-    #[allow(clippy::too_many_arguments)]
+    /// A row's result does not depend on the other rows (the same bits as the
+    /// row alone). On the CPU a single row is one node that writes the buffers
+    /// in place (when nothing else holds them, as MLX's `slice_update` does);
+    /// otherwise it is [`Fast::rope`], `slice_update` and
+    /// [`Fast::scaled_dot_product_attention`].
     pub fn cached_attention(
         &self,
         q: &Array,
         k: &Array,
         v: &Array,
         rope: &RopeSpec<'_>,
-        offset: usize,
-        cache: &CacheSlot<'_>,
+        rows: &[CacheRow<'_>],
         scale: f32,
     ) -> Result<CachedAttention> {
+        let batch = q.shape().first().copied().unwrap_or(0);
+        if rows.is_empty() || usize::try_from(batch).ok() != Some(rows.len()) {
+            return Err(Error::invalid(
+                "cached_attention",
+                format!("{} cache rows for a batch of {batch}", rows.len()),
+            ));
+        }
+        if let [row] = rows {
+            let (out, keys, values) = self.cached_attention_row(q, k, v, rope, row, scale)?;
+            return Ok(CachedAttention { out, caches: vec![(keys, values)] });
+        }
+        let take_row = |a: &Array, b: i32| -> Result<Array> {
+            let s = a.shape();
+            let mut start = vec![0; s.len()];
+            let mut stop = s.clone();
+            start[0] = b;
+            stop[0] = b + 1;
+            a.slice(&start, &stop, &vec![1; s.len()])
+        };
+        let mut outs = Vec::with_capacity(rows.len());
+        let mut caches = Vec::with_capacity(rows.len());
+        for (b, row) in rows.iter().enumerate() {
+            let b = b as i32;
+            let (out, keys, values) =
+                self.cached_attention_row(&take_row(q, b)?, &take_row(k, b)?, &take_row(v, b)?, rope, row, scale)?;
+            outs.push(out);
+            caches.push((keys, values));
+        }
+        let out = Array::concatenate(&outs.iter().collect::<Vec<_>>(), 0)?;
+        Ok(CachedAttention { out, caches })
+    }
+
+    /// [`Fast::cached_attention`] of one sequence (`q` of batch 1).
+    fn cached_attention_row(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        rope: &RopeSpec<'_>,
+        row: &CacheRow<'_>,
+        scale: f32,
+    ) -> Result<(Array, Array, Array)> {
         let int = |name: &str, n: usize| {
             i32::try_from(n).map_err(|_| Error::invalid("cached_attention", format!("{name} {n} is too large")))
         };
+        let cache = &row.cache;
         let arrays = to_list(&[q, k, v, cache.keys, cache.values]);
         let mut parts = from_list(
             "cached_attention",
@@ -396,7 +509,7 @@ impl Fast {
                 rope.traditional,
                 rope.base,
                 rope.scale,
-                int("offset", offset)?,
+                int("offset", row.offset)?,
                 int("slot", cache.slot)?,
                 int("visible", cache.visible)?,
                 cache.causal,
@@ -406,7 +519,7 @@ impl Fast {
         )?
         .into_iter();
         match (parts.next(), parts.next(), parts.next()) {
-            (Some(out), Some(keys), Some(values)) => Ok(CachedAttention { out, keys, values }),
+            (Some(out), Some(keys), Some(values)) => Ok((out, keys, values)),
             _ => Err(Error::invalid("cached_attention", "MLX returned fewer than three arrays")),
         }
     }
@@ -459,28 +572,52 @@ pub struct CacheSlot<'a> {
     pub causal: bool,
 }
 
+/// One sequence of a [`Fast::cached_attention`] step.
+pub struct CacheRow<'a> {
+    /// The position of the row's first query and key (RoPE).
+    pub offset: usize,
+    /// Where its keys and values go and what its queries see.
+    pub cache: CacheSlot<'a>,
+}
+
 /// What [`Fast::cached_attention`] returns.
 pub struct CachedAttention {
     /// The attention output with heads merged, `[batch, queries, heads · value_dim]`.
     pub out: Array,
-    /// The key buffer with the step's keys written.
-    pub keys: Array,
-    /// The value buffer with the step's values written.
-    pub values: Array,
+    /// Per row: the key and value buffers with the step's keys and values written.
+    pub caches: Vec<(Array, Array)>,
 }
 
 /// [`Fast::cached_attention`] on the [`default_path`].
-#[allow(clippy::too_many_arguments)]
 pub fn cached_attention(
     q: &Array,
     k: &Array,
     v: &Array,
     rope: &RopeSpec<'_>,
-    offset: usize,
-    cache: &CacheSlot<'_>,
+    rows: &[CacheRow<'_>],
     scale: f32,
 ) -> Result<CachedAttention> {
-    on(default_path()).cached_attention(q, k, v, rope, offset, cache, scale)
+    on(default_path()).cached_attention(q, k, v, rope, rows, scale)
+}
+
+/// [`Fast::linear`] on the [`default_path`].
+pub fn linear(x: &Array, linear: &Linear) -> Result<Array> {
+    on(default_path()).linear(x, linear)
+}
+
+/// [`Fast::linear_heads`] on the [`default_path`].
+pub fn linear_heads(x: &Array, projections: &[(&Linear, i32)]) -> Result<Vec<Array>> {
+    on(default_path()).linear_heads(x, projections)
+}
+
+/// [`Fast::gated_linear`] on the [`default_path`].
+pub fn gated_linear(x: &Array, gate: &Linear, up: &Linear, act: GateActivation) -> Result<Array> {
+    on(default_path()).gated_linear(x, gate, up, act)
+}
+
+/// [`Fast::embedding`] on the [`default_path`].
+pub fn embedding(ids: &Array, table: &Weight, scale: f32) -> Result<Array> {
+    on(default_path()).embedding(ids, table, scale)
 }
 
 /// [`Fast::quantized_linear`] on the [`default_path`].

@@ -21,6 +21,7 @@ mod dtype;
 mod error;
 pub mod fast;
 mod ffi;
+pub mod layers;
 pub mod memory;
 mod ops;
 pub mod random;
@@ -29,6 +30,7 @@ pub use array::Array;
 pub use device::Device;
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
+pub use layers::{Linear, Weight};
 pub use ops::{AttentionMask, QuantMode, Quantized, scaled_dot_product_attention};
 
 /// The version of the linked MLX library (`major.minor.patch`).

@@ -586,17 +586,19 @@ fn cached_attention_matches_mlx() {
                     let offset = 40 + slot;
                     let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot, visible, causal };
                     let scale = 1.0 / (dim as f32).sqrt();
-                    let want = mlx().cached_attention(&q, &k, &v, &rope, offset, &cache, scale).unwrap();
-                    let (want_out, want_k, want_v) = (vals(&want.out), vals(&want.keys), vals(&want.values));
+                    let rows = [fast::CacheRow { offset, cache }];
+                    let want = mlx().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
+                    let (want_out, want_k, want_v) =
+                        (vals(&want.out), vals(&want.caches[0].0), vals(&want.caches[0].1));
                     let what = format!("h={h}/{kvh} d={dim} l={l} slot={slot} visible={visible} dims={dims}");
                     each_config(|cfg| {
-                        let got = kernel().cached_attention(&q, &k, &v, &rope, offset, &cache, scale).unwrap();
+                        let got = kernel().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
                         assert_eq!(fast::pending_ops(&[&got.out]), vec!["MlxcelCachedAttention".to_string()]);
                         assert_eq!(got.out.shape(), vec![b, l, h * dim]);
                         // Keys: RoPE as in rope_matches_mlx_every_variant;
                         // values and the untouched positions are copies.
-                        assert_close(&format!("{cfg} {what} keys"), &vals(&got.keys), &want_k, 4.0 * EPS, 1e-6);
-                        assert_eq!(vals(&got.values), want_v, "{cfg} {what} values");
+                        assert_close(&format!("{cfg} {what} keys"), &vals(&got.caches[0].0), &want_k, 4.0 * EPS, 1e-6);
+                        assert_eq!(vals(&got.caches[0].1), want_v, "{cfg} {what} values");
                         // As attention_matches_mlx_masks_gqa_and_strides (|v| ≲ 5).
                         assert_close(&format!("{cfg} {what} out"), &vals(&got.out), &want_out, 0.0, 1e-4);
                     });
@@ -627,8 +629,9 @@ fn cached_attention_updates_unshared_buffers_in_place() {
         let v = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
         values.push(vals(&v));
         let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot: pos, visible: pos + 1, causal: false };
-        let step = kernel().cached_attention(&q, &k, &v, &rope, pos, &cache, 0.25).unwrap();
-        (kbuf, vbuf) = (step.keys, step.values);
+        let step =
+            kernel().cached_attention(&q, &k, &v, &rope, &[fast::CacheRow { offset: pos, cache }], 0.25).unwrap();
+        (kbuf, vbuf) = step.caches.into_iter().next().unwrap();
         Array::eval_all(&[&step.out, &kbuf, &vbuf]).unwrap();
         assert_eq!(kbuf.data_address().unwrap(), k_addr, "step {pos}: the key buffer moved");
         assert_eq!(vbuf.data_address().unwrap(), v_addr, "step {pos}: the value buffer moved");
@@ -656,12 +659,18 @@ fn cached_attention_rejects_inconsistent_steps() {
     for path in [kernel(), mlx()] {
         for (slot, visible, causal, message) in cases {
             let cache = fast::CacheSlot { keys: &buf, values: &buf, slot, visible, causal };
-            let err = path.cached_attention(&q, &kv, &kv, &rope, 0, &cache, 1.0).err().expect("an error");
+            let err = path
+                .cached_attention(&q, &kv, &kv, &rope, &[fast::CacheRow { offset: 0, cache }], 1.0)
+                .err()
+                .expect("an error");
             assert!(err.to_string().contains(message), "{err}");
         }
         let wrong = Array::zeros(&[1, 3, 8, 16], Dtype::F32).unwrap();
         let cache = fast::CacheSlot { keys: &wrong, values: &buf, slot: 0, visible: 2, causal: true };
-        let err = path.cached_attention(&q, &kv, &kv, &rope, 0, &cache, 1.0).err().expect("an error");
+        let err = path
+            .cached_attention(&q, &kv, &kv, &rope, &[fast::CacheRow { offset: 0, cache }], 1.0)
+            .err()
+            .expect("an error");
         assert!(err.to_string().contains("cache buffers"), "{err}");
     }
 }
@@ -839,8 +848,9 @@ fn kernel_graphs_evaluate_inline_like_mlx() {
         let k = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
         let v = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
         let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot: pos, visible: pos + 1, causal: false };
-        let step = kernel().cached_attention(&q, &k, &v, &rope, pos, &cache, 0.25).unwrap();
-        (kbuf, vbuf) = (step.keys, step.values);
+        let step =
+            kernel().cached_attention(&q, &k, &v, &rope, &[fast::CacheRow { offset: pos, cache }], 0.25).unwrap();
+        (kbuf, vbuf) = step.caches.into_iter().next().unwrap();
         assert!(fast::eval_inline(&[&step.out, &kbuf, &vbuf]).unwrap(), "step {pos} runs inline");
         assert_eq!(kbuf.data_address().unwrap(), k_addr, "step {pos}: the key buffer moved");
         let keys = vals(&kbuf);

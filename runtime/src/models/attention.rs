@@ -3,7 +3,7 @@
 //! are projected and whether queries and keys are normalised per head).
 
 use mlxcel_mlx::Array;
-use mlxcel_mlx::fast::{CacheSlot, cached_attention, merge_heads, scaled_dot_product_attention};
+use mlxcel_mlx::fast::{CacheRow, CacheSlot, cached_attention, merge_heads, scaled_dot_product_attention};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -68,10 +68,12 @@ impl Attention {
             // one node on the CPU.
             Some(w) => {
                 let (q, k) = (self.rope.prescale(&q)?, self.rope.prescale(&k)?);
-                let slot =
+                let cache_slot =
                     CacheSlot { keys: &w.keys, values: &w.values, slot: w.slot, visible: w.visible, causal: w.causal };
-                let step = cached_attention(&q, &k, &v, &self.rope.spec(), offset, &slot, self.scale)?;
-                cache.commit(step.keys, step.values, v.shape()[2] as usize);
+                let rows = [CacheRow { offset, cache: cache_slot }];
+                let step = cached_attention(&q, &k, &v, &self.rope.spec(), &rows, self.scale)?;
+                let (keys, values) = step.caches.into_iter().next().expect("one row gives one cache");
+                cache.commit(keys, values, v.shape()[2] as usize);
                 step.out
             }
             // A sliding-window prefill chunk attends over the cached window
