@@ -454,6 +454,18 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
                                    std::string(mode)));
 }
 
+ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                    std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose,
+                    int32_t group_size, int32_t bits, rust::Str mode, bool sorted_indices) {
+  return wrap(mx::gather_qmm(x.inner, w.inner, scales.inner, opt(biases), opt(lhs_indices), opt(rhs_indices),
+                             transpose, group_size, bits, std::string(mode), std::nullopt, sorted_indices));
+}
+
+ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices,
+                   std::unique_ptr<Array> rhs_indices, bool sorted_indices) {
+  return wrap(mx::gather_mm(a.inner, b.inner, opt(lhs_indices), opt(rhs_indices), sorted_indices));
+}
+
 fast::Path to_path(uint8_t p) {
   switch (p) {
     case 0: return fast::Path::Auto;

@@ -105,6 +105,11 @@ ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Arra
 std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, rust::Str mode);
 ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, rust::Str mode, uint8_t dtype);
 ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, rust::Str mode);
+ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                    std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose,
+                    int32_t group_size, int32_t bits, rust::Str mode, bool sorted_indices);
+ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices,
+                   std::unique_ptr<Array> rhs_indices, bool sorted_indices);
 
 // mlxcel's kernels (cpp/kernels/primitives.h): path 0 picks ours when it can,
 // 1 insists on ours, 2 always takes MLX's op.

@@ -171,6 +171,28 @@ pub(crate) mod bridge {
             mode: &str,
         ) -> Result<UniquePtr<Array>>;
 
+        #[allow(clippy::too_many_arguments)]
+        fn gather_qmm(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: UniquePtr<Array>,
+            lhs_indices: UniquePtr<Array>,
+            rhs_indices: UniquePtr<Array>,
+            transpose: bool,
+            group_size: i32,
+            bits: i32,
+            mode: &str,
+            sorted_indices: bool,
+        ) -> Result<UniquePtr<Array>>;
+        fn gather_mm(
+            a: &Array,
+            b: &Array,
+            lhs_indices: UniquePtr<Array>,
+            rhs_indices: UniquePtr<Array>,
+            sorted_indices: bool,
+        ) -> Result<UniquePtr<Array>>;
+
         // mlxcel's kernels (cpp/kernels/primitives.h); `path`: 0 auto, 1 ours, 2 MLX's.
         #[allow(clippy::too_many_arguments)]
         fn fast_quantized_linear(

@@ -316,6 +316,19 @@ impl Array {
         wrap("matmul", bridge::matmul(&self.inner, &other.inner))
     }
 
+    /// Products of `self`'s matrices with a stack of matrices `b`, each side
+    /// chosen per output by `lhs_indices` / `rhs_indices` (MLX's `gather_mm`;
+    /// mixture-of-experts with float weights).
+    pub fn gather_mm(
+        &self,
+        b: &Array,
+        lhs_indices: Option<&Array>,
+        rhs_indices: Option<&Array>,
+        sorted_indices: bool,
+    ) -> Result<Array> {
+        wrap("gather_mm", bridge::gather_mm(&self.inner, &b.inner, opt(lhs_indices), opt(rhs_indices), sorted_indices))
+    }
+
     /// `beta * c + alpha * (a @ b)`.
     pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<Array> {
         wrap("addmm", bridge::addmm(&c.inner, &a.inner, &b.inner, alpha, beta))
@@ -562,6 +575,37 @@ impl Quantized {
                 self.bits,
                 self.mode.name(),
                 dtype.map_or(255, Dtype::code),
+            ),
+        )
+    }
+
+    /// Products of a stack of quantized matrices (`W: [.., E, out, in]`,
+    /// mixture-of-experts weights) with rows of `x`, the matrices chosen per
+    /// row by `rhs_indices` (and the rows of `x` by `lhs_indices`): MLX's
+    /// `gather_qmm`. With `sorted_indices` the indices must be sorted (MLX
+    /// then groups rows by matrix).
+    pub fn gather_matmul(
+        &self,
+        x: &Array,
+        lhs_indices: Option<&Array>,
+        rhs_indices: Option<&Array>,
+        transpose: bool,
+        sorted_indices: bool,
+    ) -> Result<Array> {
+        wrap(
+            "gather_qmm",
+            bridge::gather_qmm(
+                &x.inner,
+                &self.weight.inner,
+                &self.scales.inner,
+                opt(self.biases.as_ref()),
+                opt(lhs_indices),
+                opt(rhs_indices),
+                transpose,
+                self.group_size,
+                self.bits,
+                self.mode.name(),
+                sorted_indices,
             ),
         )
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use mlxcel_mlx::{Array, Dtype, fast};
 
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{BatchCaches, KvCache};
 use crate::models::LanguageModel;
 
 /// Identifies one sequence (one conversation's KV state) within a backend.
@@ -28,8 +28,9 @@ pub trait Backend {
     /// Feeds `tokens` to `seq` (in chunks), returning the logits after the last
     /// one when `want_logits`.
     fn prefill(&mut self, seq: SeqId, tokens: &[u32], want_logits: bool) -> Result<Option<Logits>>;
-    /// Feeds one token to each listed sequence and returns each one's logits,
-    /// in the same order.
+    /// Feeds one token to each listed sequence (distinct sequences) as one
+    /// forward pass and returns each one's logits, in the same order. A
+    /// sequence's logits do not depend on which others share the step.
     fn decode(&mut self, batch: &[(SeqId, u32)]) -> Result<Vec<Logits>>;
     /// Tokens a sequence has consumed.
     fn position(&self, seq: SeqId) -> Result<usize>;
@@ -75,37 +76,89 @@ impl MlxBackend {
         self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))
     }
 
-    /// Runs `tokens` through the model for `seq`; returns the last position's
-    /// logits when asked. The step's cache writes are evaluated with it so the
-    /// lazy graph never spans more than one step.
-    fn step(&mut self, seq: SeqId, tokens: &[u32], want_logits: bool) -> Result<Option<Logits>> {
-        let input = Array::from_slice(tokens, &[1, tokens.len() as i32])?;
-        let caches = self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))?;
-        let hidden = self.model.hidden_states(&input, caches)?;
-        let mut outputs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
-        let last = if want_logits {
-            // Only the last position's logits are needed: project that row alone.
-            let s = hidden.shape();
-            let row = hidden.slice(&[0, s[1] - 1, 0], &[1, s[1], s[2]], &[1, 1, 1])?;
-            // Left [1, 1, vocab]: `to_vec` reads it whole, and a reshape here
-            // would be an MLX node that keeps the step off `fast::eval`'s
-            // inline path.
-            let logits = self.model.logits(&row)?;
-            Some(if logits.dtype() == Dtype::F32 { logits } else { logits.astype(Dtype::F32)? })
-        } else {
-            None
-        };
-        if let Some(l) = &last {
-            outputs.push(l);
+    /// Refuses a step that would take `seq` past the context.
+    fn check_room(&self, seq: SeqId, new: usize) -> Result<()> {
+        let pos = self.position(seq)?;
+        let context = self.context_length();
+        if self.options.max_kv.is_none() && pos + new > context {
+            return Err(Error::ContextOverflow { prompt: pos + new, requested: 0, context });
         }
-        // Inline when the step is all mlxcel kernels (the CPU path): no MLX
-        // stream task per node.
-        fast::eval(&outputs)?;
-        Ok(match last {
-            Some(l) => Some(l.to_vec::<f32>()?),
-            None => None,
-        })
+        Ok(())
     }
+
+    /// Runs `tokens: [B, L]` through the model, row `b` continuing sequence
+    /// `seqs[b]` (distinct sequences); returns each row's logits at its last
+    /// position when asked. The step's cache writes are evaluated with it so
+    /// the lazy graph never spans more than one step.
+    fn step(&mut self, seqs: &[SeqId], tokens: &Array, want_logits: bool) -> Result<Option<Vec<Logits>>> {
+        for (i, s) in seqs.iter().enumerate() {
+            if seqs[..i].contains(s) {
+                return Err(Error::InvalidParameter {
+                    name: "batch",
+                    message: format!("sequence {s} appears twice in one step"),
+                });
+            }
+        }
+        // Take the rows' caches out of the map for the step (a forward pass
+        // needs several of them mutably at once), and put them back whatever
+        // the outcome.
+        let mut taken = Vec::with_capacity(seqs.len());
+        for &s in seqs {
+            match self.sequences.remove(&s) {
+                Some(c) => taken.push((s, c)),
+                None => {
+                    self.sequences.extend(taken);
+                    return Err(Error::UnknownSequence(s));
+                }
+            }
+        }
+        let result = {
+            let mut rows: Vec<&mut Vec<KvCache>> = taken.iter_mut().map(|(_, c)| c).collect();
+            forward(self.model.as_ref(), tokens, &mut rows, want_logits)
+        };
+        self.sequences.extend(taken);
+        result
+    }
+}
+
+/// One forward pass of `model` over `tokens: [B, L]` with each row's caches.
+fn forward(
+    model: &dyn LanguageModel,
+    tokens: &Array,
+    rows: &mut [&mut Vec<KvCache>],
+    want_logits: bool,
+) -> Result<Option<Vec<Logits>>> {
+    let hidden = model.hidden_states(tokens, &mut BatchCaches::new(rows))?;
+    let logits = if want_logits {
+        // Only the last position's logits are needed: project that row alone.
+        let s = hidden.shape();
+        let last = if s[1] == 1 { hidden } else { hidden.slice(&[0, s[1] - 1, 0], &[s[0], s[1], s[2]], &[1, 1, 1])? };
+        // Left [B, 1, vocab]: `to_vec` reads it whole, and a reshape here
+        // would be an MLX node that keeps the step off `fast::eval`'s
+        // inline path.
+        let logits = model.logits(&last)?;
+        Some(if logits.dtype() == Dtype::F32 { logits } else { logits.astype(Dtype::F32)? })
+    } else {
+        None
+    };
+    let mut outputs: Vec<&Array> = rows.iter().flat_map(|r| r.iter().flat_map(KvCache::arrays)).collect();
+    if let Some(l) = &logits {
+        outputs.push(l);
+    }
+    // Inline when the step is all mlxcel kernels (the CPU path): no MLX
+    // stream task per node.
+    fast::eval(&outputs)?;
+    let Some(logits) = logits else { return Ok(None) };
+    let values = logits.to_vec::<f32>()?;
+    let vocab = model.vocab_size();
+    if values.len() != rows.len() * vocab {
+        return Err(Error::Config(format!(
+            "the model produced {} logits for {} rows of {vocab}",
+            values.len(),
+            rows.len()
+        )));
+    }
+    Ok(Some(values.chunks_exact(vocab).map(<[f32]>::to_vec).collect()))
 }
 
 impl Backend for MlxBackend {
@@ -121,35 +174,28 @@ impl Backend for MlxBackend {
     }
 
     fn prefill(&mut self, seq: SeqId, tokens: &[u32], want_logits: bool) -> Result<Option<Logits>> {
-        let start = self.position(seq)?;
-        let limit = self.context_length();
-        if self.options.max_kv.is_none() && start + tokens.len() > limit {
-            return Err(Error::ContextOverflow { prompt: start + tokens.len(), requested: 0, context: limit });
-        }
+        self.check_room(seq, tokens.len())?;
         let chunk = self.options.prefill_chunk;
         let n_chunks = tokens.len().div_ceil(chunk);
         let mut out = None;
         for (i, part) in tokens.chunks(chunk).enumerate() {
-            out = self.step(seq, part, want_logits && i + 1 == n_chunks)?;
+            let input = Array::from_slice(part, &[1, part.len() as i32])?;
+            out = self.step(&[seq], &input, want_logits && i + 1 == n_chunks)?;
         }
-        Ok(out)
+        Ok(out.and_then(|mut rows| rows.pop()))
     }
 
     fn decode(&mut self, batch: &[(SeqId, u32)]) -> Result<Vec<Logits>> {
-        batch
-            .iter()
-            .map(|&(seq, token)| {
-                let pos = self.position(seq)?;
-                if self.options.max_kv.is_none() && pos + 1 > self.context_length() {
-                    return Err(Error::ContextOverflow {
-                        prompt: pos + 1,
-                        requested: 0,
-                        context: self.context_length(),
-                    });
-                }
-                self.step(seq, &[token], true)?.ok_or_else(|| Error::Config("decode step produced no logits".into()))
-            })
-            .collect()
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        for &(seq, _) in batch {
+            self.check_room(seq, 1)?;
+        }
+        let seqs: Vec<SeqId> = batch.iter().map(|&(s, _)| s).collect();
+        let tokens: Vec<u32> = batch.iter().map(|&(_, t)| t).collect();
+        let input = Array::from_slice(&tokens, &[tokens.len() as i32, 1])?;
+        self.step(&seqs, &input, true)?.ok_or_else(|| Error::Config("decode step produced no logits".into()))
     }
 
     fn position(&self, seq: SeqId) -> Result<usize> {

@@ -14,8 +14,12 @@ pub enum Error {
         /// The architectures the runtime implements.
         supported: Vec<&'static str>,
     },
-    /// The model configuration is missing a field or holds a bad value.
-    #[error("model config: {0}")]
+    /// The bundle's model config cannot be used.
+    #[error(transparent)]
+    ModelConfig(#[from] mlxcel_arch::ConfigError),
+    /// The model's structure and the step asked of it do not fit (a runtime
+    /// invariant, not a config key).
+    #[error("model: {0}")]
     Config(String),
     /// A weight the architecture needs is missing or has the wrong shape or dtype.
     #[error("weight {name}: {message}")]

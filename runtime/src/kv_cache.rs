@@ -6,10 +6,17 @@
 //! decode step overwrites the oldest slot, a prefill chunk attends over the
 //! cached window plus the chunk with an explicit window mask and then keeps the
 //! chunk's tail.
+//!
+//! Model code sees one call, [`LayerCaches::attend`]: the attention of a
+//! step's queries over each sequence's cache after appending the step's keys
+//! and values. How the step is written (in place by mlxcel's cached-attention
+//! node, or through an explicit window mask) stays here.
 
-use mlxcel_mlx::{Array, AttentionMask};
+use mlxcel_mlx::fast::{CacheRow, CacheSlot, cached_attention, merge_heads, scaled_dot_product_attention};
+use mlxcel_mlx::{Array, AttentionMask, Dtype};
 
 use crate::error::{Error, Result};
+use crate::nn::Rope;
 
 /// Positions a growing cache adds at a time (as mlx-lm's `KVCache.step`).
 pub const CACHE_CHUNK: usize = 256;
@@ -108,17 +115,28 @@ impl KvCache {
         }
     }
 
-    /// Makes room for a step of `keys, values: [batch, kv_heads, new,
-    /// head_dim]` written into the buffers in place (growing them as needed)
-    /// and says where. `None` when the step is not written in place: a
-    /// sliding-window prefill chunk, which attends over the cached window
-    /// and the chunk together ([`KvCache::update`]). Follow with
-    /// [`KvCache::commit`].
-    pub fn reserve(&mut self, keys: &Array, values: &Array) -> Result<Option<CacheWrite>> {
+    /// Whether a step of `new` positions is written into the buffers in
+    /// place ([`KvCache::reserve`]); a sliding-window prefill chunk is not: it
+    /// attends over the cached window and the chunk together
+    /// ([`KvCache::update`]).
+    pub fn writes_in_place(&self, new: usize) -> bool {
         match self {
-            KvCache::Full(c) => c.reserve(keys, values).map(Some),
-            KvCache::Sliding(c) if positions(keys)? == 1 => c.reserve(keys, values).map(Some),
-            KvCache::Sliding(_) => Ok(None),
+            KvCache::Full(_) => true,
+            KvCache::Sliding(_) => new == 1,
+        }
+    }
+
+    /// Makes room for a step of `new` positions of `layout` written into the
+    /// buffers in place (growing them as needed) and says where; only for
+    /// steps that [`KvCache::writes_in_place`]. Follow with
+    /// [`KvCache::commit`].
+    pub fn reserve(&mut self, new: usize, layout: &KvLayout) -> Result<CacheWrite> {
+        match self {
+            KvCache::Full(c) => c.reserve(new, layout),
+            KvCache::Sliding(c) if new == 1 => c.reserve(layout),
+            KvCache::Sliding(_) => Err(Error::Config(format!(
+                "a sliding-window cache writes one position in place, not {new} (prefill goes through update)"
+            ))),
         }
     }
 
@@ -150,6 +168,17 @@ impl KvCache {
     }
 }
 
+/// The layout of one sequence's `keys, values: [1, kv_heads, new, dim]`.
+fn layout_of(keys: &Array, values: &Array) -> Result<KvLayout> {
+    let (k, v) = (keys.shape(), values.shape());
+    if k.len() != 4 || v.len() != 4 || k[0] != 1 || v[0] != 1 {
+        return Err(Error::Config(format!(
+            "one sequence's keys {k:?} and values {v:?} must be [1, heads, positions, dim]"
+        )));
+    }
+    Ok(KvLayout { kv_heads: k[1], key_dim: k[3], value_dim: v[3], dtype: keys.dtype() })
+}
+
 /// Shape helpers over `[batch, heads, positions, dim]` arrays.
 fn positions(a: &Array) -> Result<usize> {
     a.dim(2)
@@ -170,10 +199,28 @@ fn write_positions(buffer: &Array, update: &Array, at: usize) -> Result<Array> {
     Ok(buffer.slice_update(update, &[0, 0, at as i32, 0], &[s[0], s[1], (at + n) as i32, s[3]], &[1, 1, 1, 1])?)
 }
 
-/// A buffer of `n` zero positions shaped like `like` otherwise.
-fn zero_positions(like: &Array, n: usize) -> Result<Array> {
-    let s = like.shape();
-    Ok(Array::zeros(&[s[0], s[1], n as i32, s[3]], like.dtype())?)
+/// The shape of one sequence's keys and values in a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Key/value heads.
+    pub kv_heads: i32,
+    /// Features per key.
+    pub key_dim: i32,
+    /// Features per value.
+    pub value_dim: i32,
+    /// Their dtype.
+    pub dtype: Dtype,
+}
+
+impl KvLayout {
+    /// Zero key and value buffers of `n` positions.
+    fn zeros(&self, n: usize) -> Result<(Array, Array)> {
+        let n = n as i32;
+        Ok((
+            Array::zeros(&[1, self.kv_heads, n, self.key_dim], self.dtype)?,
+            Array::zeros(&[1, self.kv_heads, n, self.value_dim], self.dtype)?,
+        ))
+    }
 }
 
 /// The growing cache of a global-attention layer.
@@ -184,13 +231,12 @@ pub struct FullCache {
 }
 
 impl FullCache {
-    fn reserve(&mut self, keys: &Array, values: &Array) -> Result<CacheWrite> {
-        let new = positions(keys)?;
+    fn reserve(&mut self, new: usize, layout: &KvLayout) -> Result<CacheWrite> {
         let capacity = self.keys.as_ref().map_or(Ok(0), positions)?;
         if self.offset + new > capacity {
             // Grow by whole chunks, keeping what is used.
             let grow = (new.div_ceil(CACHE_CHUNK)) * CACHE_CHUNK;
-            let (k0, v0) = (zero_positions(keys, grow)?, zero_positions(values, grow)?);
+            let (k0, v0) = layout.zeros(grow)?;
             let (k, v) = match (&self.keys, &self.values) {
                 (Some(k), Some(v)) => (
                     Array::concatenate(&[&slice_positions(k, 0, self.offset)?, &k0], 2)?,
@@ -217,7 +263,7 @@ impl FullCache {
     }
 
     fn update(&mut self, keys: &Array, values: &Array) -> Result<AttentionInputs> {
-        let w = self.reserve(keys, values)?;
+        let w = self.reserve(positions(keys)?, &layout_of(keys, values)?)?;
         let k = write_positions(&w.keys, keys, w.slot)?;
         let v = write_positions(&w.values, values, w.slot)?;
         let (ks, vs) = (slice_positions(&k, 0, w.visible)?, slice_positions(&v, 0, w.visible)?);
@@ -291,12 +337,12 @@ impl SlidingCache {
     }
 
     /// One decode position: it goes to the ring slot `next`.
-    fn reserve(&mut self, keys: &Array, values: &Array) -> Result<CacheWrite> {
+    fn reserve(&mut self, layout: &KvLayout) -> Result<CacheWrite> {
         let cap = self.keys.as_ref().map_or(Ok(0), positions)?;
         if self.next >= cap && cap < self.window {
             // Grow the ring towards `window` in chunks.
             let grow = CACHE_CHUNK.min(self.window - cap);
-            let (k0, v0) = (zero_positions(keys, grow)?, zero_positions(values, grow)?);
+            let (k0, v0) = layout.zeros(grow)?;
             let (k, v) = match (&self.keys, &self.values) {
                 (Some(k), Some(v)) => (Array::concatenate(&[k, &k0], 2)?, Array::concatenate(&[v, &v0], 2)?),
                 _ => (k0, v0),
@@ -320,11 +366,120 @@ impl SlidingCache {
     }
 
     fn update_one(&mut self, keys: &Array, values: &Array) -> Result<AttentionInputs> {
-        let w = self.reserve(keys, values)?;
+        let w = self.reserve(&layout_of(keys, values)?)?;
         let k = write_positions(&w.keys, keys, w.slot)?;
         let v = write_positions(&w.values, values, w.slot)?;
         let (ks, vs) = (slice_positions(&k, 0, w.visible)?, slice_positions(&v, 0, w.visible)?);
         self.commit(k, v);
         Ok(AttentionInputs { keys: ks, values: vs, mask: MaskKind::None })
+    }
+}
+
+/// One layer's caches of the sequences of a batch, one per row of the step.
+pub struct LayerCaches<'a> {
+    rows: Vec<&'a mut KvCache>,
+}
+
+impl<'a> LayerCaches<'a> {
+    /// The caches of a step's rows, in row order.
+    pub fn new(rows: Vec<&'a mut KvCache>) -> LayerCaches<'a> {
+        LayerCaches { rows }
+    }
+
+    /// Attends `q [B, H, L, D]` over each row's cache after appending that
+    /// row's `k [B, KVH, L, D]` and `v [B, KVH, L, Dv]`: queries and keys are
+    /// rotated by `rope` from each row's position, scores scaled by `scale`,
+    /// query `i` sees its row's past and itself (within the layer's window).
+    /// Returns `[B, L, H·Dv]`, heads merged for the output projection.
+    ///
+    /// Rows do not see each other, and a row's result does not depend on the
+    /// others (the same bits as the row alone).
+    pub fn attend(&mut self, q: &Array, k: &Array, v: &Array, rope: &Rope, scale: f32) -> Result<Array> {
+        let (ks, vs) = (k.shape(), v.shape());
+        if ks.len() != 4 || vs.len() != 4 || ks[0] as usize != self.rows.len() {
+            return Err(Error::Config(format!(
+                "attention step of keys {ks:?} and values {vs:?} over {} cached sequences",
+                self.rows.len()
+            )));
+        }
+        let new = ks[2] as usize;
+        if let [row] = &mut self.rows[..]
+            && !row.writes_in_place(new)
+        {
+            // A sliding-window prefill chunk attends over the cached window
+            // and itself, with a window mask.
+            let offset = row.offset();
+            let q = rope.forward(q, offset)?;
+            let k = rope.forward(k, offset)?;
+            let step = row.update(&k, v)?;
+            let out = scaled_dot_product_attention(&q, &step.keys, &step.values, scale, step.mask.as_attention_mask())?;
+            return Ok(merge_heads(&out)?);
+        }
+        let layout = KvLayout { kv_heads: ks[1], key_dim: ks[3], value_dim: vs[3], dtype: k.dtype() };
+        let mut writes = Vec::with_capacity(self.rows.len());
+        for row in &mut self.rows {
+            if !row.writes_in_place(new) {
+                return Err(Error::Config(format!(
+                    "a batch of {} sequences steps {new} positions at once over a sliding window; batched steps are one position each",
+                    ks[0]
+                )));
+            }
+            writes.push((row.offset(), row.reserve(new, &layout)?));
+        }
+        // Rotate, write the keys and values into the caches and attend: one
+        // node on the CPU.
+        let rows: Vec<CacheRow<'_>> = writes
+            .iter()
+            .map(|(offset, w)| CacheRow {
+                offset: *offset,
+                cache: CacheSlot {
+                    keys: &w.keys,
+                    values: &w.values,
+                    slot: w.slot,
+                    visible: w.visible,
+                    causal: w.causal,
+                },
+            })
+            .collect();
+        let step = cached_attention(&rope.prescale(q)?, &rope.prescale(k)?, v, &rope.spec(), &rows, scale)?;
+        drop(rows);
+        drop(writes);
+        for (row, (keys, values)) in self.rows.iter_mut().zip(step.caches) {
+            row.commit(keys, values, new);
+        }
+        Ok(step.out)
+    }
+}
+
+/// The caches of every sequence of a batch (one [`KvCache`] per layer each),
+/// handed to a model's forward pass.
+pub struct BatchCaches<'a, 'b> {
+    rows: &'a mut [&'b mut Vec<KvCache>],
+}
+
+impl<'a, 'b> BatchCaches<'a, 'b> {
+    /// The caches of a step's rows, in row order.
+    pub fn new(rows: &'a mut [&'b mut Vec<KvCache>]) -> BatchCaches<'a, 'b> {
+        BatchCaches { rows }
+    }
+
+    /// Rows in the batch.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Layer `i`'s cache of every row.
+    pub fn layer(&mut self, i: usize) -> Result<LayerCaches<'_>> {
+        let rows = self
+            .rows
+            .iter_mut()
+            .map(|r| r.get_mut(i).ok_or_else(|| Error::Config(format!("no KV cache for layer {i}"))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LayerCaches::new(rows))
     }
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use mlxcel_arch::{Architecture, ModelConfig};
 use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, kinds};
 use mlxcel_mlx::{Array, Device, Dtype, QuantMode};
 use serde_json::Value;
@@ -74,6 +75,8 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     /// Generation defaults.
     pub defaults: GenerationDefaults,
+    /// The model's normalized config.
+    pub config: ModelConfig,
     /// The bundle's architecture name.
     pub architecture: String,
     /// The bundle's model name.
@@ -163,11 +166,10 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
     let architecture = bundle.architecture().to_string();
     // Refuse an unknown architecture before loading any weight.
-    if !models::SUPPORTED.contains(&canonical_architecture(&architecture)) {
-        return Err(Error::UnsupportedArchitecture { found: architecture, supported: models::SUPPORTED.to_vec() });
+    if Architecture::from_name(&architecture).is_none() {
+        return Err(Error::UnsupportedArchitecture { found: architecture, supported: Architecture::names() });
     }
-    let config: Value = serde_json::from_str(bundle.config_json())
-        .map_err(|e| Error::Bundle(format!("the model config is not JSON: {e}")))?;
+    let config = ModelConfig::from_bundle_json(&architecture, bundle.config_json())?;
     let defaults = match bundle.generation_defaults_json() {
         Some(text) => GenerationDefaults::from_json(text)?,
         None => GenerationDefaults::default(),
@@ -183,7 +185,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
         let tok = s.spawn(move || load_tokenizer(compiled_tokenizer, tokenizer_json, eos, bos));
         let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
         let built = weights_from_bundle(&bundle, compute).and_then(|(w, bytes)| {
-            let model = models::build(&architecture, &config, &w)?;
+            let model = models::build(&config, &w)?;
             Ok((model, bytes))
         });
         let tok = tok.join().unwrap_or_else(|_| Err(Error::Tokenizer("the tokenizer thread panicked".into())));
@@ -199,6 +201,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
         chat_template,
         defaults,
         name: bundle.model_name().to_string(),
+        config,
         architecture,
         weight_bytes,
         load_time: start.elapsed(),
@@ -227,12 +230,4 @@ fn load_tokenizer(
 /// The dtype activations use by default on the current device.
 pub fn default_compute_dtype() -> Dtype {
     if mlxcel_mlx::device::default_device() == Device::Gpu { Dtype::BF16 } else { Dtype::F32 }
-}
-
-fn canonical_architecture(a: &str) -> &str {
-    match a {
-        "mistral" => "llama",
-        "gemma3_text" => "gemma3",
-        other => other,
-    }
 }

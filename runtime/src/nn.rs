@@ -1,116 +1,42 @@
-//! The layers transformer architectures are built from: linear projections
-//! (dense or quantized), embeddings, RMS norms and rotary position embeddings.
-//! They compute what mlx-lm's layers compute, so that a bundle and mlx-lm
-//! agree token for token on the same weights. The fused operations come from
-//! `mlxcel_mlx::fast`, which runs mlxcel's CPU kernels where they apply and
-//! MLX's own ops elsewhere (the GPU, other dtypes).
+//! The layers transformer architectures are built from: embeddings, RMS
+//! norms, rotary position embeddings and gated feed-forward blocks. Linear
+//! maps are [`mlxcel_mlx::Linear`], applied with [`fast::linear`] and friends,
+//! which decide inside `mlx-kernels` whether a call becomes one of mlxcel's
+//! fused CPU kernels or MLX's own ops; model code never knows which. They
+//! compute what mlx-lm's layers compute, so that a bundle and mlx-lm agree
+//! token for token on the same weights.
 
+use mlxcel_arch::{Activation, RopeScaling};
 use mlxcel_mlx::fast::{self, GateActivation};
-use mlxcel_mlx::{Array, Quantized};
+use mlxcel_mlx::{Array, Linear, Weight};
 
 use crate::error::{Error, Result};
 
-/// A linear projection `y = x Wᵀ (+ b)` with `W: [out, in]`.
-pub enum Linear {
-    /// Float weights.
-    Dense {
-        /// `[out, in]`.
-        weight: Array,
-        /// `[out]`.
-        bias: Option<Array>,
-    },
-    /// Affine-quantized weights (packed along `in`).
-    Quantized {
-        /// Packed codes with their scales and biases.
-        weight: Quantized,
-        /// `[out]`.
-        bias: Option<Array>,
-    },
-}
-
-impl Linear {
-    /// Applies the projection to the last axis of `x`.
-    pub fn forward(&self, x: &Array) -> Result<Array> {
-        match self {
-            Linear::Dense { weight, bias: None } => Ok(x.matmul(&weight.transpose(&[])?)?),
-            Linear::Dense { weight, bias: Some(b) } => Ok(Array::addmm(b, x, &weight.transpose(&[])?, 1.0, 1.0)?),
-            Linear::Quantized { weight, bias } => {
-                let y = fast::quantized_linear(x, weight)?;
-                Ok(match bias {
-                    Some(b) => y.add(b)?,
-                    None => y,
-                })
-            }
-        }
-    }
-
-    /// Several projections of the same `x [batch, seq, in]`, each split into
-    /// heads: `(linear, heads)` gives `[batch, heads, seq, out / heads]`.
-    /// Quantized projections without biases run as one fused operation.
-    pub fn forward_heads(x: &Array, projections: &[(&Linear, i32)]) -> Result<Vec<Array>> {
-        let quantized: Option<Vec<(&Quantized, i32)>> = projections
-            .iter()
-            .map(|&(linear, heads)| match linear {
-                Linear::Quantized { weight, bias: None } => Some((weight, heads)),
-                _ => None,
-            })
-            .collect();
-        if let Some(ws) = quantized {
-            return Ok(fast::quantized_linear_heads(x, &ws)?);
-        }
-        let s = x.shape();
-        projections
-            .iter()
-            .map(|&(linear, heads)| {
-                let y = linear.forward(x)?;
-                Ok(y.reshape(&[s[0], s[1], heads, linear.out_features() / heads])?.transpose(&[0, 2, 1, 3])?)
-            })
-            .collect()
-    }
-
-    /// The number of outputs.
-    pub fn out_features(&self) -> i32 {
-        match self {
-            Linear::Dense { weight, .. } => weight.shape()[0],
-            Linear::Quantized { weight, .. } => weight.weight.shape()[0],
-        }
-    }
-}
-
-/// A token embedding table `[vocab, dim]`, dense or quantized; it doubles as
-/// the output projection of models with tied embeddings.
-pub enum Embedding {
-    /// Float table.
-    Dense(Array),
-    /// Quantized table (rows are gathered, then dequantized).
-    Quantized(Quantized),
+/// A token embedding table `[vocab, dim]`, dense or quantized, whose rows are
+/// multiplied by `scale` (Gemma's `sqrt(hidden)`); it doubles as the output
+/// projection of models with tied embeddings.
+pub struct Embedding {
+    table: Weight,
+    scale: f32,
+    /// The table as a linear map (for tied output projections).
+    head: Linear,
 }
 
 impl Embedding {
-    /// The embeddings of `ids` (any shape of u32/i32 token ids), shaped `[..ids, dim]`.
-    pub fn forward(&self, ids: &Array) -> Result<Array> {
-        match self {
-            Embedding::Dense(table) => Ok(table.take(ids, 0)?),
-            Embedding::Quantized(q) => Ok(fast::quantized_embedding(ids, q)?),
-        }
+    /// A table whose rows are scaled by `scale` when looked up (1 for none).
+    pub fn new(table: Weight, scale: f32) -> Embedding {
+        let head = Linear { weight: table.clone(), bias: None };
+        Embedding { table, scale, head }
     }
 
-    /// `forward(ids) * scale` (Gemma scales its embeddings by `sqrt(hidden)`);
-    /// for a quantized table the kernel multiplies as it dequantizes, so the
-    /// step needs no node of MLX's.
-    pub fn forward_scaled(&self, ids: &Array, scale: f32) -> Result<Array> {
-        match self {
-            Embedding::Dense(table) => Ok(table.take(ids, 0)?.multiply_scalar(scale)?),
-            Embedding::Quantized(q) => Ok(fast::quantized_embedding_scaled(ids, q, scale)?),
-        }
+    /// The embeddings of `ids` (any shape of u32/i32 token ids), shaped `[..ids, dim]`.
+    pub fn forward(&self, ids: &Array) -> Result<Array> {
+        Ok(fast::embedding(ids, &self.table, self.scale)?)
     }
 
     /// `x Eᵀ`: logits over the vocabulary for tied embeddings.
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
-        match self {
-            Embedding::Dense(table) => Ok(x.matmul(&table.transpose(&[])?)?),
-            Embedding::Quantized(q) => Ok(fast::quantized_linear(x, q)?),
-        }
+        Ok(fast::linear(x, &self.head)?)
     }
 }
 
@@ -171,6 +97,90 @@ impl Rope {
         Ok(Rope { dims, traditional, frequencies: RopeFrequencies::Explicit(freqs), input_scale })
     }
 
+    /// The RoPE of `dims` rotated features with base `base` and the config's
+    /// frequency scaling, mirroring mlx-lm's `initialize_rope`.
+    pub fn scaled(
+        dims: i32,
+        traditional: bool,
+        base: f32,
+        scaling: Option<&RopeScaling>,
+        max_position_embeddings: usize,
+    ) -> Result<Rope> {
+        let exponents = |d: i32| (0..d / 2).map(move |i| (2 * i) as f64 / d as f64);
+        match scaling {
+            None => Ok(Rope::new(dims, traditional, base, 1.0)),
+            Some(RopeScaling::Linear { factor }) => Ok(Rope::new(dims, traditional, base, 1.0 / factor)),
+            Some(&RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) => {
+                let factor = f64::from(factor);
+                let (low, high) = (f64::from(low_freq_factor), f64::from(high_freq_factor));
+                let old = f64::from(original_max_position_embeddings);
+                let (low_wavelen, high_wavelen) = (old / low, old / high);
+                let freqs: Vec<f32> = exponents(dims)
+                    .map(|e| {
+                        let f = (f64::from(base) as f32).powf(e as f32);
+                        let wavelen = 2.0 * std::f32::consts::PI * f;
+                        let f = if f64::from(wavelen) > low_wavelen { f * factor as f32 } else { f };
+                        let medium = f64::from(wavelen) > high_wavelen && f64::from(wavelen) < low_wavelen;
+                        if medium {
+                            let smooth = ((old / f64::from(wavelen)) - low) / (high - low);
+                            (f64::from(f) / ((1.0 - smooth) / factor + smooth)) as f32
+                        } else {
+                            f
+                        }
+                    })
+                    .collect();
+                Rope::with_wavelengths(dims, traditional, &freqs, None)
+            }
+            Some(&RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+            }) => {
+                let factor = f64::from(factor);
+                let original = f64::from(original_max_position_embeddings);
+                let (beta_fast, beta_slow) = (f64::from(beta_fast), f64::from(beta_slow));
+                let (mscale, mscale_all_dim) = (f64::from(mscale), f64::from(mscale_all_dim));
+                let b = f64::from(base);
+                let d = f64::from(dims);
+                let correction = |rot: f64| d * (original / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * b.ln());
+                let low = correction(beta_fast).floor().max(0.0);
+                let high = correction(beta_slow).ceil().min(d - 1.0);
+                let high = if low == high { high + 0.001 } else { high };
+                let get_mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+                let input_scale = get_mscale(mscale) / get_mscale(mscale_all_dim);
+                let freqs: Vec<f32> = exponents(dims)
+                    .enumerate()
+                    .map(|(i, e)| {
+                        let extra = (b as f32).powf(e as f32);
+                        let inter = factor as f32 * extra;
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0) as f32;
+                        let mask = 1.0 - ramp;
+                        (inter * extra) / (inter * mask + extra * (1.0 - mask))
+                    })
+                    .collect();
+                let s = (input_scale != 1.0).then_some(input_scale as f32);
+                Rope::with_wavelengths(dims, traditional, &freqs, s)
+            }
+            Some(RopeScaling::Longrope { long_factor, original_max_position_embeddings }) => {
+                let freqs: Vec<f32> =
+                    exponents(dims).zip(long_factor).map(|(e, l)| l * (base.powf(e as f32))).collect();
+                let original = *original_max_position_embeddings as f64;
+                let factor = max_position_embeddings as f64 / original;
+                let scale = if factor <= 1.0 { 1.0 } else { (1.0 + factor.ln() / original.ln()).sqrt() };
+                let s = (scale != 1.0).then_some(scale as f32);
+                Rope::with_wavelengths(dims, traditional, &freqs, s)
+            }
+        }
+    }
+
     /// Rotates `x: [batch, heads, seq, head_dim]` for positions `offset..`.
     pub fn forward(&self, x: &Array, offset: usize) -> Result<Array> {
         let spec = self.spec();
@@ -220,14 +230,12 @@ fn scale_leading_features(x: &Array, dims: i32, s: f32) -> Result<Array> {
     Ok(x.slice_update(&head, &zeros, &stop, &ones)?)
 }
 
-/// The feed-forward block of Llama-style models: `down(act(gate(x)) * up(x))`.
-pub struct GatedMlp {
-    /// The gate and up projections.
-    pub gate_up: GateUp,
-    /// Down projection.
-    pub down: Linear,
-    /// The gate's activation.
-    pub activation: Activation,
+/// The fused kernels' name for a gated activation.
+pub fn gate_activation(act: Activation) -> GateActivation {
+    match act {
+        Activation::Silu => GateActivation::Silu,
+        Activation::GeluTanh => GateActivation::GeluApprox,
+    }
 }
 
 /// How a gated MLP projects its gate and its linear part.
@@ -243,59 +251,30 @@ pub enum GateUp {
     Fused(Linear),
 }
 
-/// Activations of gated MLPs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// `x * sigmoid(x)` (SwiGLU).
-    Silu,
-    /// The tanh approximation of GELU (GeGLU, Gemma).
-    GeluApprox,
-}
-
-impl Activation {
-    /// Applies the activation elementwise.
-    pub fn apply(self, x: &Array) -> Result<Array> {
-        Ok(match self {
-            Activation::Silu => x.silu()?,
-            Activation::GeluApprox => x.gelu_approx()?,
-        })
-    }
-
-    /// `act(gate) * up` in one fused operation.
-    pub fn gate(self, gate: &Array, up: &Array) -> Result<Array> {
-        let act = match self {
-            Activation::Silu => GateActivation::Silu,
-            Activation::GeluApprox => GateActivation::GeluApprox,
-        };
-        Ok(fast::gated_activation(act, gate, up)?)
-    }
+/// The feed-forward block of Llama-style models: `down(act(gate(x)) * up(x))`.
+pub struct GatedMlp {
+    /// The gate and up projections.
+    pub gate_up: GateUp,
+    /// Down projection.
+    pub down: Linear,
+    /// The gate's activation.
+    pub activation: Activation,
 }
 
 impl GatedMlp {
     /// `down(act(gate(x)) * up(x))`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        if let GateUp::Separate {
-            gate: Linear::Quantized { weight: gate, bias: None },
-            up: Linear::Quantized { weight: up, bias: None },
-        } = &self.gate_up
-        {
-            // Gate, up and the activation as one fused operation.
-            let act = match self.activation {
-                Activation::Silu => GateActivation::Silu,
-                Activation::GeluApprox => GateActivation::GeluApprox,
-            };
-            return self.down.forward(&fast::quantized_gated_linear(x, gate, up, act)?);
-        }
-        let (gate, up) = match &self.gate_up {
-            GateUp::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
+        let act = gate_activation(self.activation);
+        let hidden = match &self.gate_up {
+            GateUp::Separate { gate, up } => fast::gated_linear(x, gate, up, act)?,
             GateUp::Fused(gate_up) => {
-                let mut halves = gate_up.forward(x)?.split(2, -1)?.into_iter();
+                let mut halves = fast::linear(x, gate_up)?.split(2, -1)?.into_iter();
                 match (halves.next(), halves.next()) {
-                    (Some(gate), Some(up)) => (gate, up),
+                    (Some(gate), Some(up)) => fast::gated_activation(act, &gate, &up)?,
                     _ => unreachable!("split into 2 gives two parts"),
                 }
             }
         };
-        self.down.forward(&self.activation.gate(&gate, &up)?)
+        Ok(fast::linear(&hidden, &self.down)?)
     }
 }

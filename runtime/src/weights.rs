@@ -1,17 +1,22 @@
 //! A model's tensors by canonical (Hugging Face) name, as MLX arrays, and the
 //! builders that turn them into layers.
 //!
-//! Architectures take what they need by name; every take is recorded, so that
+//! Architectures take what they need through scoped views
+//! ([`Weights::scope`], [`Scope::scope`]), so that names fall out of the
+//! model's structure (`model` → `layers` → `3` → `self_attn` → `q_proj`)
+//! instead of being formatted by hand. Every take is recorded, so that
 //! [`Weights::check_all_used`] can refuse a bundle whose tensors the
 //! architecture does not account for (a sign of a name-mapping bug).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
-use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
+use std::fmt::Display;
+
+use mlxcel_mlx::{Array, Dtype, Linear, QuantMode, Quantized, Weight};
 
 use crate::error::{Error, Result};
-use crate::nn::{Embedding, Linear, RmsNorm};
+use crate::nn::{Embedding, RmsNorm};
 
 /// How a quantized weight is stored (its scales and biases sit beside it as
 /// `<prefix>.scales` and `<prefix>.biases`).
@@ -119,58 +124,53 @@ impl Weights {
         Ok(())
     }
 
-    fn quantized_weight(&self, prefix: &str, spec: QuantSpec, rows: i32, cols: i32) -> Result<Quantized> {
+    /// The quantized matrix `<prefix>` of logical shape `[..lead, rows, cols]`.
+    fn quantized_weight(&self, prefix: &str, spec: QuantSpec, lead: &[i32], rows: i32, cols: i32) -> Result<Quantized> {
         let name = format!("{prefix}.weight");
         let weight = self.raw(&name)?;
         let packed_cols = cols * spec.bits / 32;
-        if weight.dtype() != Dtype::U32 || weight.shape() != [rows, packed_cols] {
+        let packed: Vec<i32> = lead.iter().copied().chain([rows, packed_cols]).collect();
+        if weight.dtype() != Dtype::U32 || weight.shape() != packed {
             return Err(Error::Weight {
                 name,
                 message: format!(
-                    "is {} {:?}, expected u32 [{rows}, {packed_cols}] for {}-bit codes of a [{rows}, {cols}] matrix",
+                    "is {} {:?}, expected u32 {packed:?} for {}-bit codes of a {:?} matrix",
                     weight.dtype(),
                     weight.shape(),
-                    spec.bits
+                    spec.bits,
+                    lead.iter().copied().chain([rows, cols]).collect::<Vec<_>>()
                 ),
             });
         }
-        let groups = cols / spec.group_size;
-        let scales = self.float(&format!("{prefix}.scales"), &[rows, groups])?;
+        let groups: Vec<i32> = lead.iter().copied().chain([rows, cols / spec.group_size]).collect();
+        let scales = self.float(&format!("{prefix}.scales"), &groups)?;
         let biases = match spec.mode {
-            QuantMode::Affine => Some(self.float(&format!("{prefix}.biases"), &[rows, groups])?),
+            QuantMode::Affine => Some(self.float(&format!("{prefix}.biases"), &groups)?),
             _ => None,
         };
         Ok(Quantized { weight, scales, biases, group_size: spec.group_size, bits: spec.bits, mode: spec.mode })
     }
 
-    /// The linear layer `<prefix>` mapping `inputs` to `outputs` features.
-    pub fn linear(&self, prefix: &str, inputs: i32, outputs: i32, bias: bool) -> Result<Linear> {
-        let bias = if bias { Some(self.float(&format!("{prefix}.bias"), &[outputs])?) } else { None };
+    /// The matrix `<prefix>.weight` of logical shape `[..lead, rows, cols]`,
+    /// float or quantized as the bundle stores it.
+    fn matrix(&self, prefix: &str, lead: &[i32], rows: i32, cols: i32) -> Result<Weight> {
         match self.quantized.get(prefix) {
-            Some(&spec) => {
-                Ok(Linear::Quantized { weight: self.quantized_weight(prefix, spec, outputs, inputs)?, bias })
+            Some(&spec) => Ok(Weight::Quantized(self.quantized_weight(prefix, spec, lead, rows, cols)?)),
+            None => {
+                let shape: Vec<i32> = lead.iter().copied().chain([rows, cols]).collect();
+                Ok(Weight::Dense(self.float(&format!("{prefix}.weight"), &shape)?))
             }
-            None => Ok(Linear::Dense { weight: self.float(&format!("{prefix}.weight"), &[outputs, inputs])?, bias }),
         }
     }
 
-    /// The embedding table `<prefix>` of `vocab` rows of `dim`.
-    pub fn embedding(&self, prefix: &str, vocab: i32, dim: i32) -> Result<Embedding> {
-        match self.quantized.get(prefix) {
-            Some(&spec) => Ok(Embedding::Quantized(self.quantized_weight(prefix, spec, vocab, dim)?)),
-            None => Ok(Embedding::Dense(self.float(&format!("{prefix}.weight"), &[vocab, dim])?)),
-        }
+    /// A view of every tensor (names taken from it are full names: `lm_head`).
+    pub fn root(&self) -> Scope<'_> {
+        Scope { weights: self, prefix: String::new() }
     }
 
-    /// The RMS norm `<prefix>` over `dim` features.
-    pub fn rms_norm(&self, prefix: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
-        Ok(RmsNorm { weight: self.float(&format!("{prefix}.weight"), &[dim])?, eps })
-    }
-
-    /// An RMS norm stored as an offset from one (Gemma: the gain is `1 + w`).
-    pub fn rms_norm_offset(&self, prefix: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
-        let w = self.float(&format!("{prefix}.weight"), &[dim])?;
-        Ok(RmsNorm { weight: self.derive(w.add_scalar(1.0)?), eps })
+    /// A view of the tensors under `name` (`model`, then `layers`, ...).
+    pub fn scope(&self, name: impl Display) -> Scope<'_> {
+        Scope { weights: self, prefix: name.to_string() }
     }
 
     /// Fails when a tensor was never taken by the architecture.
@@ -191,5 +191,64 @@ impl Weights {
                 if unused.len() > shown.len() { " (first 8 shown)" } else { "" }
             ),
         })
+    }
+}
+
+/// The tensors under one name prefix of a [`Weights`]: what a layer's
+/// constructor receives. `scope("self_attn").linear("q_proj", ..)` takes
+/// `<prefix>.self_attn.q_proj.weight`.
+#[derive(Clone)]
+pub struct Scope<'a> {
+    weights: &'a Weights,
+    prefix: String,
+}
+
+impl<'a> Scope<'a> {
+    /// The view of `name` inside this one.
+    pub fn scope(&self, name: impl Display) -> Scope<'a> {
+        Scope { weights: self.weights, prefix: self.path(name) }
+    }
+
+    /// The full name of `name` inside this view.
+    pub fn path(&self, name: impl Display) -> String {
+        if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) }
+    }
+
+    /// The dtype activations are computed in.
+    pub fn compute_dtype(&self) -> Dtype {
+        self.weights.compute_dtype
+    }
+
+    /// Whether the layer `name` has a weight tensor (`<name>.weight`).
+    pub fn has(&self, name: &str) -> bool {
+        self.weights.contains(&format!("{}.weight", self.path(name)))
+    }
+
+    /// The linear layer `name` mapping `inputs` to `outputs` features, with
+    /// a bias `<name>.bias` when `bias`.
+    pub fn linear(&self, name: &str, inputs: i32, outputs: i32, bias: bool) -> Result<Linear> {
+        let prefix = self.path(name);
+        let bias = if bias { Some(self.weights.float(&format!("{prefix}.bias"), &[outputs])?) } else { None };
+        Ok(Linear { weight: self.weights.matrix(&prefix, &[], outputs, inputs)?, bias })
+    }
+
+    /// `count` matrices mapping `inputs` to `outputs` features stacked along
+    /// a first axis (a mixture's experts, `[count, outputs, inputs]`).
+    pub fn stacked(&self, name: &str, count: i32, inputs: i32, outputs: i32) -> Result<Weight> {
+        self.weights.matrix(&self.path(name), &[count], outputs, inputs)
+    }
+
+    /// The embedding table `name` of `vocab` rows of `dim`, its rows scaled
+    /// by `scale` when looked up.
+    pub fn embedding(&self, name: &str, vocab: i32, dim: i32, scale: f32) -> Result<Embedding> {
+        Ok(Embedding::new(self.weights.matrix(&self.path(name), &[], vocab, dim)?, scale))
+    }
+
+    /// The RMS norm `name` over `dim` features; with `offset`, the stored
+    /// weight is an offset from one (Gemma: the gain is `1 + w`).
+    pub fn rms_norm(&self, name: &str, dim: i32, eps: f32, offset: bool) -> Result<RmsNorm> {
+        let w = self.weights.float(&format!("{}.weight", self.path(name)), &[dim])?;
+        let weight = if offset { self.weights.derive(w.add_scalar(1.0)?) } else { w };
+        Ok(RmsNorm { weight, eps })
     }
 }

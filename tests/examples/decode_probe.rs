@@ -16,11 +16,13 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use mlxcel_arch::{Architecture, ModelConfig};
 use mlxcel_mlx::{Array, fast};
 use mlxcel_runtime::backend::{Backend, MlxBackend, MlxOptions};
-use mlxcel_runtime::kv_cache::KvCache;
+use mlxcel_runtime::kv_cache::{BatchCaches, KvCache};
 use mlxcel_runtime::models;
 use mlxcel_runtime::sampler::argmax;
+use mlxcel_tests::steps::last_step_ops;
 use mlxcel_tests::{load_mlx_lm_weights, read_json};
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
@@ -34,14 +36,15 @@ fn main() {
     let t0 = Instant::now();
     let model = if path.is_dir() {
         let config = read_json(&path.join("config.json"));
-        let arch = config["model_type"].as_str().unwrap_or("llama").to_string();
+        let model_type = config["model_type"].as_str().unwrap_or("llama");
+        let arch = Architecture::from_hf(model_type).unwrap_or_else(|| panic!("unknown model_type {model_type}"));
         let w = load_mlx_lm_weights(&path, &config);
-        models::build(&arch, &config, &w).unwrap()
+        models::build(&ModelConfig::from_hf(arch, &config).unwrap(), &w).unwrap()
     } else {
         let bundle = mlxcel_bundle::Bundle::open(&path).unwrap();
-        let config: serde_json::Value = serde_json::from_str(bundle.config_json()).unwrap();
+        let config = ModelConfig::from_bundle_json(bundle.architecture(), bundle.config_json()).unwrap();
         let (w, _) = mlxcel_runtime::loader::weights_from_bundle(&bundle, mlxcel_mlx::Dtype::F32).unwrap();
-        models::build(bundle.architecture(), &config, &w).unwrap()
+        models::build(&config, &w).unwrap()
     };
     eprintln!(
         "load {:?}; kernels: {:?}, ISA {}, {} thread(s)",
@@ -53,20 +56,8 @@ fn main() {
 
     // The operations of one steady decode step (after a 16-token prompt and
     // a first step, which may grow a sliding-window ring).
-    let mut caches: Vec<KvCache> = model.new_caches(None);
     let prompt: Vec<u32> = (0..16).collect();
-    for tokens in [&prompt[..], &[5]] {
-        let h =
-            model.hidden_states(&Array::from_slice(tokens, &[1, tokens.len() as i32]).unwrap(), &mut caches).unwrap();
-        let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
-        outs.push(&h);
-        Array::eval_all(&outs).unwrap();
-    }
-    let h = model.hidden_states(&Array::from_slice(&[7u32], &[1, 1]).unwrap(), &mut caches).unwrap();
-    let logits = model.logits(&h).unwrap();
-    let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
-    outs.push(&logits);
-    let ops = fast::pending_ops(&outs);
+    let ops = last_step_ops(model.as_ref(), &[&prompt, &[5], &[7]]);
     let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
     for op in &ops {
         *hist.entry(op.as_str()).or_default() += 1;
@@ -75,13 +66,14 @@ fn main() {
     hist.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
     let top: Vec<String> = hist.iter().take(12).map(|(n, c)| format!("{n} {c}")).collect();
     eprintln!("ops/decode step: {} ({})", ops.len(), top.join(", "));
-    Array::eval_all(&outs).unwrap();
     // Graph building vs evaluation, per decode step.
+    let mut caches: Vec<KvCache> = model.new_caches(None);
     let (mut build, mut eval) = (0f64, 0f64);
     let steps = 16;
     for i in 0..steps {
         let t = Instant::now();
-        let h = model.hidden_states(&Array::from_slice(&[i as u32 + 3], &[1, 1]).unwrap(), &mut caches).unwrap();
+        let input = Array::from_slice(&[i as u32 + 3], &[1, 1]).unwrap();
+        let h = model.hidden_states(&input, &mut BatchCaches::new(&mut [&mut caches])).unwrap();
         let logits = model.logits(&h).unwrap();
         let mut outs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
         outs.push(&logits);

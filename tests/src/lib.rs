@@ -1,5 +1,7 @@
 //! Shared helpers of the workspace's end-to-end tests (in `tests/tests/`).
 
+pub mod steps;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -21,13 +21,14 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::process::Command;
 
-use mlxcel_mlx::{Array, Dtype, fast};
+use mlxcel_arch::ModelConfig;
+use mlxcel_mlx::Dtype;
 use mlxcel_runtime::backend::{Backend, MlxBackend};
 use mlxcel_runtime::chat::Message;
 use mlxcel_runtime::generate::{GenerationOptions, generate};
-use mlxcel_runtime::kv_cache::KvCache;
 use mlxcel_runtime::loader::{LoadOptions, load, weights_from_bundle};
 use mlxcel_runtime::models;
+use mlxcel_tests::steps::last_step_ops;
 use mlxcel_tests::{export_mlx_lm_dir, mlxcel_compile_bin, read_json, real_model, run_reference_script};
 
 /// Chat prompts (through the template) and raw prompts (completed as text).
@@ -113,23 +114,13 @@ fn check(gguf: &str) {
 /// embeddings are scaled: each once left MLX nodes in the step.
 fn assert_decode_step_is_all_kernels(bundle_path: &Path) {
     let bundle = mlxcel_bundle::Bundle::open(bundle_path).unwrap();
-    let config: serde_json::Value = serde_json::from_str(bundle.config_json()).unwrap();
+    let config = ModelConfig::from_bundle_json(bundle.architecture(), bundle.config_json()).unwrap();
     let (weights, _) = weights_from_bundle(&bundle, Dtype::F32).unwrap();
-    let model = models::build(bundle.architecture(), &config, &weights).unwrap();
-    let mut caches: Vec<KvCache> = model.new_caches(None);
+    let model = models::build(&config, &weights).unwrap();
     // A 5-token prompt, then two single-token steps: the first may grow a
     // sliding-window ring (MLX concatenations, once per 256 positions), the
     // second is a steady-state step.
-    let mut ops = Vec::new();
-    for tokens in [&[1u32, 2, 3, 4, 5][..], &[6], &[7]] {
-        let hidden =
-            model.hidden_states(&Array::from_slice(tokens, &[1, tokens.len() as i32]).unwrap(), &mut caches).unwrap();
-        let logits = model.logits(&hidden).unwrap();
-        let mut outputs: Vec<&Array> = caches.iter().flat_map(KvCache::arrays).collect();
-        outputs.push(&logits);
-        ops = fast::pending_ops(&outputs);
-        fast::eval(&outputs).unwrap();
-    }
+    let ops = last_step_ops(model.as_ref(), &[&[1, 2, 3, 4, 5], &[6], &[7]]);
     let others: Vec<&String> = ops.iter().filter(|op| !op.starts_with("Mlxcel")).collect();
     assert!(
         others.is_empty(),

@@ -20,6 +20,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use mlxcel_arch::{Architecture, ModelConfig};
 use mlxcel_mlx::fast::{self, Isa};
 use mlxcel_mlx::{Array, Dtype};
 use mlxcel_runtime::backend::{Backend, MlxBackend, MlxOptions};
@@ -48,6 +49,13 @@ fn each_kernel_build(mut body: impl FnMut(&str, f32)) {
     fast::set_isa(Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap()).unwrap();
 }
 
+/// The normalized config of an mlx-lm `config.json`, as the compiler writes it.
+fn normalized(config: &serde_json::Value) -> ModelConfig {
+    let model_type = config["model_type"].as_str().unwrap();
+    let arch = Architecture::from_hf(model_type).unwrap_or_else(|| panic!("unknown model_type {model_type}"));
+    ModelConfig::from_hf(arch, config).unwrap()
+}
+
 fn check(arch: &str, bits: u32) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
@@ -67,9 +75,9 @@ fn check(arch: &str, bits: u32) {
         reference["prompt_logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
 
     let weights = load_mlx_lm_weights(dir.path(), &config);
-    let model_type = config["model_type"].as_str().unwrap();
+    let config = normalized(&config);
     each_kernel_build(|build, bound| {
-        let model = models::build(model_type, &config, &weights).unwrap();
+        let model = models::build(&config, &weights).unwrap();
         let mut backend = MlxBackend::new(model, MlxOptions { prefill_chunk: 7, max_kv: None }).unwrap();
 
         // One forward pass over the whole prompt (chunked: 7 tokens at a time).
@@ -151,10 +159,10 @@ fn bundle_weights_borrow_the_map_and_match_mlx_lm() {
 
 #[test]
 fn unknown_architecture_is_refused_with_the_supported_list() {
-    let err = models::build("mamba", &serde_json::json!({}), &Weights::new(Dtype::F32)).err().unwrap().to_string();
+    let err = ModelConfig::from_bundle_json("mamba", "{}").err().unwrap().to_string();
     assert_eq!(
         err,
-        "architecture \"mamba\" is not supported by this runtime; supported: llama, qwen2, qwen3, gemma3, phi3"
+        "model config: architecture \"mamba\" is not supported; supported: llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3"
     );
 }
 
@@ -164,8 +172,9 @@ fn unused_and_missing_weights_are_named() {
         "hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 16, "num_attention_heads": 2,
         "vocab_size": 10, "rms_norm_eps": 1e-5
     });
+    let config = ModelConfig::from_hf(Architecture::Llama, &config).unwrap();
     let w = Weights::new(Dtype::F32);
-    let err = models::build("llama", &config, &w).err().unwrap().to_string();
+    let err = models::build(&config, &w).err().unwrap().to_string();
     assert_eq!(err, "weight model.layers.0.self_attn.q_proj.weight: missing from the bundle");
 }
 
@@ -176,7 +185,7 @@ fn tensors_the_architecture_does_not_use_are_refused() {
     let config = read_json(&dir.path().join("config.json"));
     let mut weights = load_mlx_lm_weights(dir.path(), &config);
     weights.insert("model.layers.0.self_attn.rotary_emb.inv_freq", Array::zeros(&[4], Dtype::F32).unwrap());
-    let err = models::build("llama", &config, &weights).err().unwrap().to_string();
+    let err = models::build(&normalized(&config), &weights).err().unwrap().to_string();
     assert_eq!(
         err,
         "weight model.layers.0.self_attn.rotary_emb.inv_freq: 1 tensor(s) in the bundle are not used by the llama architecture"

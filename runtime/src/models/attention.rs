@@ -1,113 +1,116 @@
-//! Multi-head attention with grouped-query heads, RoPE and a KV cache, as the
-//! Llama family, Qwen, Gemma 3 and Phi-3 use it (they differ in how q, k and v
-//! are projected and whether queries and keys are normalised per head).
+//! Multi-head attention with grouped-query heads, RoPE and a KV cache, as
+//! every architecture here uses it. What varies between architectures is an
+//! [`AttentionSpec`]: biases, per-head q/k norms, one fused q/k/v projection.
 
-use mlxcel_mlx::Array;
-use mlxcel_mlx::fast::{CacheRow, CacheSlot, cached_attention, merge_heads, scaled_dot_product_attention};
+use mlxcel_arch::ModelConfig;
+use mlxcel_mlx::fast;
+use mlxcel_mlx::{Array, Linear};
 
 use crate::error::Result;
-use crate::kv_cache::KvCache;
-use crate::nn::{Linear, RmsNorm, Rope};
+use crate::kv_cache::LayerCaches;
+use crate::nn::{RmsNorm, Rope};
+use crate::weights::Scope;
+
+/// What distinguishes one architecture's attention block from another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionSpec {
+    /// The q, k and v projections have biases (Qwen2; Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// The output projection has a bias (Llama's `attention_bias`).
+    pub o_bias: bool,
+    /// Queries and keys are RMS-normalised per head before RoPE (`q_norm`,
+    /// `k_norm`: Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// One `qkv_proj` instead of `q_proj`, `k_proj`, `v_proj` (Phi-3).
+    pub fused_qkv: bool,
+    /// Norm gains are stored as offsets from one (Gemma).
+    pub norm_offset: bool,
+}
+
+impl AttentionSpec {
+    /// Llama's attention: no biases, no q/k norms, separate projections.
+    pub const DEFAULT: AttentionSpec =
+        AttentionSpec { qkv_bias: false, o_bias: false, qk_norm: false, fused_qkv: false, norm_offset: false };
+}
 
 /// How the queries, keys and values are projected from the hidden state.
-pub enum QkvProjection {
-    /// Three projections (`q_proj`, `k_proj`, `v_proj`).
-    Separate {
-        /// Queries.
-        q: Linear,
-        /// Keys.
-        k: Linear,
-        /// Values.
-        v: Linear,
-    },
-    /// One fused projection split into q, k, v (`qkv_proj`, Phi-3).
+enum QkvProjection {
+    /// Three projections.
+    Separate { q: Linear, k: Linear, v: Linear },
+    /// One projection split into q, k, v.
     Fused(Linear),
 }
 
 /// One attention block: projections, optional per-head q/k norms, RoPE, the
 /// cached attention and the output projection.
 pub struct Attention {
-    /// q/k/v projections.
-    pub qkv: QkvProjection,
-    /// Output projection.
-    pub o: Linear,
-    /// Query heads.
-    pub heads: i32,
-    /// Key/value heads (divides `heads`).
-    pub kv_heads: i32,
-    /// Features per head.
-    pub head_dim: i32,
-    /// Multiplies `q·k` (usually `head_dim^-1/2`).
-    pub scale: f32,
-    /// Rotary embedding of queries and keys.
-    pub rope: Rope,
-    /// Per-head RMS norm of queries (Qwen3, Gemma 3).
-    pub q_norm: Option<RmsNorm>,
-    /// Per-head RMS norm of keys (Qwen3, Gemma 3).
-    pub k_norm: Option<RmsNorm>,
+    qkv: QkvProjection,
+    o: Linear,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    scale: f32,
+    rope: Rope,
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
 }
 
 impl Attention {
-    /// `x: [batch, seq, hidden]` → `[batch, seq, hidden]`, appending this step's
-    /// keys and values to `cache`.
-    pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        // [b, l, hidden] -> q [b, heads, l, d], k and v [b, kv_heads, l, d],
-        // queries and keys normalised per head.
+    /// The block whose weights are under `w` (`model.layers.N.self_attn`),
+    /// with the config's sizes, `spec`'s variations and `rope`.
+    pub fn new(w: &Scope<'_>, c: &ModelConfig, spec: AttentionSpec, rope: Rope) -> Result<Attention> {
+        let (hidden, d) = (c.hidden_size as i32, c.head_dim as i32);
+        let (heads, kv_heads) = (c.num_attention_heads as i32, c.num_key_value_heads as i32);
+        let qkv = if spec.fused_qkv {
+            QkvProjection::Fused(w.linear("qkv_proj", hidden, (heads + 2 * kv_heads) * d, spec.qkv_bias)?)
+        } else {
+            QkvProjection::Separate {
+                q: w.linear("q_proj", hidden, heads * d, spec.qkv_bias)?,
+                k: w.linear("k_proj", hidden, kv_heads * d, spec.qkv_bias)?,
+                v: w.linear("v_proj", hidden, kv_heads * d, spec.qkv_bias)?,
+            }
+        };
+        let qk_norm = if spec.qk_norm {
+            let eps = c.rms_norm_eps;
+            Some((w.rms_norm("q_norm", d, eps, spec.norm_offset)?, w.rms_norm("k_norm", d, eps, spec.norm_offset)?))
+        } else {
+            None
+        };
+        Ok(Attention {
+            qkv,
+            o: w.linear("o_proj", heads * d, hidden, spec.o_bias)?,
+            heads,
+            kv_heads,
+            head_dim: d,
+            scale: c.attention_scale(),
+            rope,
+            qk_norm,
+        })
+    }
+
+    /// `x: [batch, seq, hidden]` → `[batch, seq, hidden]`, appending this
+    /// step's keys and values to each row's cache.
+    pub fn forward(&self, x: &Array, cache: &mut LayerCaches<'_>) -> Result<Array> {
         let (q, k, v) = self.project_heads(x)?;
-        let per_head = |t: Array, norm: &Option<RmsNorm>| -> Result<Array> {
-            match norm {
-                Some(norm) => norm.forward(&t),
-                None => Ok(t),
-            }
+        let (q, k) = match &self.qk_norm {
+            Some((q_norm, k_norm)) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
+            None => (q, k),
         };
-        let q = per_head(q, &self.q_norm)?;
-        let k = per_head(k, &self.k_norm)?;
-        let offset = cache.offset();
-        let out = match cache.reserve(&k, &v)? {
-            // Rotate, write the keys and values into the cache and attend:
-            // one node on the CPU.
-            Some(w) => {
-                let (q, k) = (self.rope.prescale(&q)?, self.rope.prescale(&k)?);
-                let cache_slot =
-                    CacheSlot { keys: &w.keys, values: &w.values, slot: w.slot, visible: w.visible, causal: w.causal };
-                let rows = [CacheRow { offset, cache: cache_slot }];
-                let step = cached_attention(&q, &k, &v, &self.rope.spec(), &rows, self.scale)?;
-                let (keys, values) = step.caches.into_iter().next().expect("one row gives one cache");
-                cache.commit(keys, values, v.shape()[2] as usize);
-                step.out
-            }
-            // A sliding-window prefill chunk attends over the cached window
-            // and itself, with a window mask.
-            None => {
-                let q = self.rope.forward(&q, offset)?;
-                let k = self.rope.forward(&k, offset)?;
-                let step = cache.update(&k, &v)?;
-                let out = scaled_dot_product_attention(
-                    &q,
-                    &step.keys,
-                    &step.values,
-                    self.scale,
-                    step.mask.as_attention_mask(),
-                )?;
-                // [b, heads, l, d] -> [b, l, heads * d]
-                merge_heads(&out)?
-            }
-        };
-        self.o.forward(&out)
+        let out = cache.attend(&q, &k, &v, &self.rope, self.scale)?;
+        Ok(fast::linear(&out, &self.o)?)
     }
 
     /// The q, k and v heads of `x [b, l, hidden]`, each `[b, heads, l, head_dim]`.
     fn project_heads(&self, x: &Array) -> Result<(Array, Array, Array)> {
         let parts = match &self.qkv {
             QkvProjection::Separate { q, k, v } => {
-                Linear::forward_heads(x, &[(q, self.heads), (k, self.kv_heads), (v, self.kv_heads)])?
+                fast::linear_heads(x, &[(q, self.heads), (k, self.kv_heads), (v, self.kv_heads)])?
             }
             QkvProjection::Fused(qkv) => {
                 let shape = x.shape();
                 let (b, l) = (shape[0], shape[1]);
                 let q_end = self.heads * self.head_dim;
                 let k_end = q_end + self.kv_heads * self.head_dim;
-                let parts = qkv.forward(x)?.split_at(&[q_end, k_end], -1)?;
+                let parts = fast::linear(x, qkv)?.split_at(&[q_end, k_end], -1)?;
                 parts
                     .into_iter()
                     .zip([self.heads, self.kv_heads, self.kv_heads])
