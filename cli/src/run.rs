@@ -1,17 +1,16 @@
 //! `mlxcel run`: generate from a bundle, once (`-p`) or as an interactive chat.
 
 use std::io::{BufRead, Write};
-use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use mlxcel_runtime::backend::MlxOptions;
 use mlxcel_runtime::chat::Message;
-use mlxcel_runtime::generate::{FinishReason, Generation, GenerationOptions, generate};
-use mlxcel_runtime::loader::{LoadOptions, LoadedModel, load};
+use mlxcel_runtime::engine::{Canceller, Engine, EngineOptions, Event, Generating, ModelInfo, Request};
+use mlxcel_runtime::generate::{FinishReason, Generation, GenerationOptions};
+use mlxcel_runtime::loader::LoadOptions;
 use mlxcel_runtime::sampler::SamplingParams;
 
 /// Options of `mlxcel run`.
@@ -70,7 +69,7 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    fn sampling(&self, model: &LoadedModel) -> SamplingParams {
+    fn sampling(&self, model: &ModelInfo) -> SamplingParams {
         let d = &model.defaults;
         SamplingParams {
             temperature: self.temperature.unwrap_or(0.0),
@@ -88,25 +87,27 @@ impl RunArgs {
 
 /// Runs `mlxcel run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let cancel = Arc::new(AtomicBool::new(false));
-    let generating = Arc::new(AtomicBool::new(false));
+    // The request being generated, for Ctrl-C to stop; `None` at the chat prompt.
+    let current: Arc<Mutex<Option<Canceller>>> = Arc::new(Mutex::new(None));
     {
-        let (cancel, generating) = (cancel.clone(), generating.clone());
+        let current = current.clone();
         // Ctrl-C stops the answer being generated; at the chat prompt it explains how to quit.
-        ctrlc::set_handler(move || {
-            if generating.load(Ordering::SeqCst) {
-                cancel.store(true, Ordering::SeqCst);
-            } else {
-                eprint!("\n(use /exit or Ctrl-D to quit)\n> ");
-            }
+        ctrlc::set_handler(move || match current.lock().ok().as_deref().and_then(Option::as_ref) {
+            Some(canceller) => canceller.cancel(),
+            None => eprint!("\n(use /exit or Ctrl-D to quit)\n> "),
         })
         .context("installing the Ctrl-C handler")?;
     }
-    let options = LoadOptions {
-        compute_dtype: None,
-        backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: args.max_kv_size },
+    let options = EngineOptions {
+        load: LoadOptions {
+            compute_dtype: None,
+            backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: args.max_kv_size },
+        },
+        // One conversation: one sequence at a time.
+        max_batch: 1,
     };
-    let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
+    let engine = Engine::load(&args.bundle, options).with_context(|| format!("loading {}", args.bundle.display()))?;
+    let model = engine.model().clone();
     if args.verbose {
         eprintln!(
             "[mlxcel] {} ({}), {:.1} MB of weights, ready in {:.1} ms on {}",
@@ -129,26 +130,14 @@ pub fn run(args: RunArgs) -> Result<()> {
         bail!("--system needs a chat template, and this run uses none (the bundle has none, or --no-chat-template)");
     }
     let mut history: Vec<Message> = args.system.iter().map(|s| Message::new("system", s.as_str())).collect();
-    let answer = |model: &mut LoadedModel, history: &[Message], raw: &str| -> Result<Generation> {
-        let prompt = if use_template {
-            let tokenizer = &model.tokenizer;
-            let template = model.chat_template.as_ref().context("no chat template")?;
-            let text = template.render(history, true, tokenizer.bos_text(), tokenizer.eos_text())?;
-            tokenizer.encode(&text, false)?
-        } else {
-            model.tokenizer.encode(raw, true)?
-        };
-        cancel.store(false, Ordering::SeqCst);
-        generating.store(true, Ordering::SeqCst);
-        let stdout = std::io::stdout();
-        let mut on_text = |piece: &str| {
-            let mut out = stdout.lock();
-            let _ = out.write_all(piece.as_bytes());
-            let _ = out.flush();
-            if cancel.load(Ordering::SeqCst) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-        };
-        let result = generate(&mut model.backend, &model.tokenizer, &prompt, &gen_options, &mut on_text);
-        generating.store(false, Ordering::SeqCst);
+    let answer = |history: &[Message], raw: &str| -> Result<Generation> {
+        let prompt = if use_template { model.encode_chat(history)? } else { model.encode_text(raw)? };
+        let generating = engine.submit(Request { prompt, options: gen_options.clone() })?;
+        *current.lock().map_err(|_| anyhow::anyhow!("the Ctrl-C handler panicked"))? = Some(generating.canceller());
+        let result = print_events(generating);
+        if let Ok(mut slot) = current.lock() {
+            *slot = None;
+        }
         let generation = result?;
         println!();
         if generation.finish_reason == FinishReason::Cancelled {
@@ -162,7 +151,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 
     if let Some(prompt) = &args.prompt {
         history.push(Message::new("user", prompt.as_str()));
-        answer(&mut model, &history, prompt)?;
+        answer(&history, prompt)?;
         return Ok(());
     }
     if !use_template {
@@ -192,9 +181,36 @@ pub fn run(args: RunArgs) -> Result<()> {
             _ => {}
         }
         history.push(Message::new("user", line));
-        let generation = answer(&mut model, &history, line)?;
+        let generation = answer(&history, line)?;
         history.push(Message::new("assistant", generation.text));
     }
+}
+
+/// Prints a request's text as it arrives; returns the whole generation.
+fn print_events(generating: Generating) -> Result<Generation> {
+    let stdout = std::io::stdout();
+    let (mut text, mut tokens, mut logprobs) = (String::new(), Vec::new(), Vec::new());
+    let show = |piece: &str, text: &mut String| {
+        text.push_str(piece);
+        let mut out = stdout.lock();
+        let _ = out.write_all(piece.as_bytes());
+        let _ = out.flush();
+    };
+    for event in generating {
+        match event {
+            Event::Token { token, logprob, text: piece } => {
+                tokens.push(token);
+                logprobs.push(logprob);
+                show(&piece, &mut text);
+            }
+            Event::Text(piece) => show(&piece, &mut text),
+            Event::Done { finish_reason, stats } => {
+                return Ok(Generation { text, tokens, logprobs, finish_reason, stats });
+            }
+            Event::Failed(e) => return Err(e.into()),
+        }
+    }
+    bail!("the engine stopped before the answer ended")
 }
 
 fn report(g: &Generation) {

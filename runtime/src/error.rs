@@ -56,6 +56,12 @@ pub enum Error {
     /// The bundle could not be used.
     #[error("bundle: {0}")]
     Bundle(String),
+    /// A batched decode step failed; every sequence in it fails with it.
+    #[error("the decode step failed: {0}")]
+    Step(String),
+    /// The engine thread is gone (its model failed to load, or it stopped).
+    #[error("the engine has stopped")]
+    EngineStopped,
     /// A sequence id the backend does not know.
     #[error("unknown sequence {0}")]
     UnknownSequence(u64),

@@ -1,11 +1,19 @@
-//! The generation loop: prefill a prompt, then sample and decode token by
-//! token, streaming text, until an end token, a stop string or the token
-//! budget.
+//! Generation in two layers, as mlx-lm separates `generate_step` from
+//! `stream_generate`:
+//!
+//! - tokens: [`SequenceState`] turns one sequence's logits into its next token
+//!   (sampling, end tokens, the token budget), and [`TokenGenerator`] drives
+//!   it over a backend for one sequence, as an iterator of tokens;
+//! - text: [`TextStream`] turns tokens into text deltas (streaming
+//!   detokenization that never splits a character, and stop strings that are
+//!   held back until they can no longer match).
+//!
+//! [`generate`] puts the two together for one prompt; the engine
+//! ([`crate::engine`]) drives many sequences at once with the same parts.
 
-use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, SeqId};
+use crate::backend::{Backend, Logits, SeqId};
 use crate::error::{Error, Result};
 use crate::sampler::{Sampled, Sampler, SamplingParams};
 use crate::tokenizer::{Detokenizer, Tokenizer};
@@ -75,19 +83,176 @@ impl GenerationStats {
     }
 }
 
-/// The result of [`generate`].
-#[derive(Clone, Debug)]
-pub struct Generation {
-    /// The generated text (stop strings and end tokens excluded).
-    pub text: String,
-    /// The generated token ids.
-    pub tokens: Vec<u32>,
-    /// Each generated token's log-probability.
-    pub logprobs: Vec<f32>,
-    /// Why it ended.
-    pub finish_reason: FinishReason,
-    /// Counts and timings.
-    pub stats: GenerationStats,
+/// One sampled token and whether generation ends with it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenStep {
+    /// The token and its log-probability.
+    pub sampled: Sampled,
+    /// `Some` when this token ends the generation: an end token (`Stop`),
+    /// the budget or the context reached (`Length`).
+    pub finish: Option<FinishReason>,
+}
+
+/// The token-level state of one sequence being generated: its sampler, the
+/// tokens so far (for penalties), its end tokens and budget, and its timings.
+pub struct SequenceState {
+    sampler: Sampler,
+    history: Vec<u32>,
+    prompt_tokens: usize,
+    end_tokens: Vec<u32>,
+    max_tokens: usize,
+    context: usize,
+    generated: usize,
+    start: Instant,
+    prefill_done: Option<Instant>,
+    first_token: Option<Instant>,
+}
+
+impl SequenceState {
+    /// The state of a generation continuing `prompt` under `options`, for a
+    /// model of `context` positions whose tokenizer ends generation with
+    /// `eos_ids`. Refuses an empty prompt and one that fills the context.
+    pub fn new(prompt: &[u32], options: &GenerationOptions, eos_ids: &[u32], context: usize) -> Result<SequenceState> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidParameter { name: "prompt", message: "is empty".into() });
+        }
+        if prompt.len() >= context {
+            return Err(Error::ContextOverflow { prompt: prompt.len(), requested: options.max_tokens, context });
+        }
+        let end_tokens =
+            if options.ignore_eos { Vec::new() } else { eos_ids.iter().chain(&options.stop_tokens).copied().collect() };
+        Ok(SequenceState {
+            sampler: Sampler::new(options.sampling.clone())?,
+            history: prompt.to_vec(),
+            prompt_tokens: prompt.len(),
+            end_tokens,
+            max_tokens: options.max_tokens,
+            context,
+            generated: 0,
+            start: Instant::now(),
+            prefill_done: None,
+            first_token: None,
+        })
+    }
+
+    /// Marks the end of prefill (the first logits are about to be sampled).
+    pub fn prefill_finished(&mut self) {
+        self.prefill_done.get_or_insert_with(Instant::now);
+    }
+
+    /// Whether the budget allows no token at all (`max_tokens` 0).
+    pub fn is_exhausted(&self) -> bool {
+        self.generated >= self.max_tokens
+    }
+
+    /// Samples the next token from `logits` (which sampling may modify).
+    pub fn accept(&mut self, logits: &mut [f32]) -> Result<TokenStep> {
+        let sampled = self.sampler.sample(logits, &self.history)?;
+        self.prefill_finished();
+        self.first_token.get_or_insert_with(Instant::now);
+        self.generated += 1;
+        self.history.push(sampled.token);
+        let finish = if self.end_tokens.contains(&sampled.token) {
+            Some(FinishReason::Stop)
+        } else if self.generated >= self.max_tokens || self.history.len() >= self.context {
+            Some(FinishReason::Length)
+        } else {
+            None
+        };
+        Ok(TokenStep { sampled, finish })
+    }
+
+    /// Counts and timings so far.
+    pub fn stats(&self) -> GenerationStats {
+        let now = Instant::now();
+        let prefill_end = self.prefill_done.unwrap_or(now);
+        GenerationStats {
+            prompt_tokens: self.prompt_tokens,
+            generated_tokens: self.generated,
+            time_to_first_token: self.first_token.map_or(Duration::ZERO, |t| t - self.start),
+            prefill_time: prefill_end - self.start,
+            decode_time: self.first_token.map_or(Duration::ZERO, |t| now - t),
+        }
+    }
+}
+
+/// Generates one sequence's tokens on a backend: the prompt minus its last
+/// token fills the cache, the last token goes through the same single-token
+/// step as every decode (as mlx-lm does), then each sampled token is fed
+/// back. Yields tokens until an end token, the budget or the context; the
+/// sequence is released when the generator is dropped.
+pub struct TokenGenerator<'a> {
+    backend: &'a mut dyn Backend,
+    seq: SeqId,
+    state: SequenceState,
+    /// The token the next step feeds (the prompt's last, then each sampled one).
+    next_input: Option<u32>,
+    finish: Option<FinishReason>,
+}
+
+impl<'a> TokenGenerator<'a> {
+    /// Prefills `prompt` on a new sequence of `backend`.
+    pub fn new(
+        backend: &'a mut dyn Backend,
+        prompt: &[u32],
+        options: &GenerationOptions,
+        eos_ids: &[u32],
+    ) -> Result<TokenGenerator<'a>> {
+        let state = SequenceState::new(prompt, options, eos_ids, backend.context_length())?;
+        let seq = backend.new_sequence();
+        let (head, last) = prompt.split_at(prompt.len() - 1);
+        if !head.is_empty()
+            && let Err(e) = backend.prefill(seq, head, false)
+        {
+            backend.release_sequence(seq);
+            return Err(e);
+        }
+        let finish = state.is_exhausted().then_some(FinishReason::Length);
+        Ok(TokenGenerator { backend, seq, state, next_input: Some(last[0]), finish })
+    }
+
+    /// Why generation ended, once it has.
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// Counts and timings so far.
+    pub fn stats(&self) -> GenerationStats {
+        self.state.stats()
+    }
+
+    fn step(&mut self) -> Result<Option<TokenStep>> {
+        if self.finish.is_some() {
+            return Ok(None);
+        }
+        let Some(input) = self.next_input.take() else { return Ok(None) };
+        let mut logits: Logits =
+            self.backend.decode(&[(self.seq, input)])?.pop().ok_or_else(|| Error::Config("no logits".into()))?;
+        let step = self.state.accept(&mut logits)?;
+        self.finish = step.finish;
+        self.next_input = Some(step.sampled.token);
+        Ok(Some(step))
+    }
+}
+
+impl Iterator for TokenGenerator<'_> {
+    type Item = Result<TokenStep>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.step() {
+            Ok(step) => step.map(Ok),
+            Err(e) => {
+                self.finish = Some(FinishReason::Stop);
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl Drop for TokenGenerator<'_> {
+    fn drop(&mut self) {
+        self.backend.release_sequence(self.seq);
+    }
 }
 
 /// Holds back text that might be the start of a stop string.
@@ -127,6 +292,83 @@ impl StopMatcher {
     }
 }
 
+/// What one token added to the text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TextDelta {
+    /// Text safe to show now (may be empty: an incomplete character, or text
+    /// that could still become a stop string, is held back).
+    pub text: String,
+    /// A stop string completed: generation ends, and `text` stops before it.
+    pub stopped: bool,
+}
+
+/// Turns generated tokens into text: streaming detokenization and stop strings.
+pub struct TextStream {
+    detokenizer: Detokenizer,
+    stops: StopMatcher,
+    stopped: bool,
+}
+
+impl TextStream {
+    /// A stream that ends at the first of `stop_strings` (empty ones are ignored).
+    pub fn new(stop_strings: &[String]) -> TextStream {
+        TextStream {
+            detokenizer: Detokenizer::new(),
+            stops: StopMatcher {
+                stops: stop_strings.iter().filter(|s| !s.is_empty()).cloned().collect(),
+                pending: String::new(),
+            },
+            stopped: false,
+        }
+    }
+
+    /// Adds a generated token (not an end token: those have no text).
+    pub fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> Result<TextDelta> {
+        if self.stopped {
+            return Ok(TextDelta { text: String::new(), stopped: true });
+        }
+        let Some(piece) = self.detokenizer.push(tokenizer, token)? else { return Ok(TextDelta::default()) };
+        let (text, stopped) = self.stops.push(&piece);
+        self.stopped = stopped;
+        Ok(TextDelta { text, stopped })
+    }
+
+    /// The text held back, once generation has ended without a stop string:
+    /// an incomplete character at the very end, and text that could still
+    /// have become a stop string (`stopped` when the flushed bytes complete one).
+    pub fn finish(&mut self, tokenizer: &Tokenizer) -> Result<TextDelta> {
+        if self.stopped {
+            return Ok(TextDelta { text: String::new(), stopped: true });
+        }
+        let mut text = String::new();
+        if let Some(rest) = self.detokenizer.flush(tokenizer)? {
+            let (out, stopped) = self.stops.push(&rest);
+            text.push_str(&out);
+            if stopped {
+                self.stopped = true;
+                return Ok(TextDelta { text, stopped: true });
+            }
+        }
+        text.push_str(&self.stops.flush());
+        Ok(TextDelta { text, stopped: false })
+    }
+}
+
+/// The result of [`generate`].
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The generated text (stop strings and end tokens excluded).
+    pub text: String,
+    /// The generated token ids.
+    pub tokens: Vec<u32>,
+    /// Each generated token's log-probability.
+    pub logprobs: Vec<f32>,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Counts and timings.
+    pub stats: GenerationStats,
+}
+
 /// Generates a continuation of `prompt` on a fresh sequence of `backend`,
 /// calling `on_text` with each new piece of text; `on_text` returning
 /// `ControlFlow::Break` cancels.
@@ -135,121 +377,66 @@ pub fn generate(
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerationOptions,
-    on_text: &mut dyn FnMut(&str) -> ControlFlow<()>,
+    on_text: &mut dyn FnMut(&str) -> std::ops::ControlFlow<()>,
 ) -> Result<Generation> {
-    let seq = backend.new_sequence();
-    let result = generate_on(backend, seq, tokenizer, prompt, options, on_text);
-    backend.release_sequence(seq);
-    result
-}
-
-fn generate_on(
-    backend: &mut dyn Backend,
-    seq: SeqId,
-    tokenizer: &Tokenizer,
-    prompt: &[u32],
-    options: &GenerationOptions,
-    on_text: &mut dyn FnMut(&str) -> ControlFlow<()>,
-) -> Result<Generation> {
-    if prompt.is_empty() {
-        return Err(Error::InvalidParameter { name: "prompt", message: "is empty".into() });
-    }
-    let context = backend.context_length();
-    if prompt.len() >= context {
-        return Err(Error::ContextOverflow { prompt: prompt.len(), requested: options.max_tokens, context });
-    }
-    let mut sampler = Sampler::new(options.sampling.clone())?;
-    let start = Instant::now();
-    // Like mlx-lm: the prompt minus its last token fills the cache, the last
-    // token goes through the same single-token step as every decode.
-    let (head, last) = prompt.split_at(prompt.len() - 1);
-    if !head.is_empty() {
-        backend.prefill(seq, head, false)?;
-    }
-    let mut logits = backend.decode(&[(seq, last[0])])?.pop().ok_or_else(|| Error::Config("no logits".into()))?;
-    let prefill_time = start.elapsed();
-
-    let mut history: Vec<u32> = prompt.to_vec();
-    let mut stops = StopMatcher {
-        stops: options.stop_strings.iter().filter(|s| !s.is_empty()).cloned().collect(),
-        pending: String::new(),
-    };
-    let mut detok = Detokenizer::new();
-    let mut text = String::new();
-    let mut tokens = Vec::new();
-    let mut logprobs = Vec::new();
-    let mut first_token_at = None;
-    let end_tokens: Vec<u32> =
-        tokenizer.eos_ids().iter().chain(&options.stop_tokens).copied().filter(|_| !options.ignore_eos).collect();
+    let mut tokens = TokenGenerator::new(backend, prompt, options, tokenizer.eos_ids())?;
+    let mut stream = TextStream::new(&options.stop_strings);
+    let (mut text, mut ids, mut logprobs) = (String::new(), Vec::new(), Vec::new());
     let mut emit = |piece: &str, text: &mut String| -> bool {
         text.push_str(piece);
         !piece.is_empty() && on_text(piece).is_break()
     };
-    // `stopped_on_text`: a stop string ended it and the text is already cut.
-    let (mut finish, stopped_on_text) = loop {
-        if tokens.len() >= options.max_tokens {
-            break (FinishReason::Length, false);
+    let mut finish = FinishReason::Length;
+    while let Some(step) = tokens.next().transpose()? {
+        ids.push(step.sampled.token);
+        logprobs.push(step.sampled.logprob);
+        if step.finish == Some(FinishReason::Stop) {
+            // An end token: no text of its own.
+            finish = FinishReason::Stop;
+            break;
         }
-        let Sampled { token, logprob } = sampler.sample(&mut logits, &history)?;
-        first_token_at.get_or_insert_with(Instant::now);
-        tokens.push(token);
-        logprobs.push(logprob);
-        history.push(token);
-        if end_tokens.contains(&token) {
-            break (FinishReason::Stop, false);
+        let delta = stream.push(tokenizer, step.sampled.token)?;
+        if emit(&delta.text, &mut text) {
+            finish = FinishReason::Cancelled;
+            break;
         }
-        if let Some(piece) = detok.push(tokenizer, token)? {
-            let (out, stopped) = stops.push(&piece);
-            if emit(&out, &mut text) {
-                break (FinishReason::Cancelled, false);
-            }
-            if stopped {
-                break (FinishReason::Stop, true);
-            }
+        if delta.stopped {
+            finish = FinishReason::Stop;
+            break;
         }
-        if tokens.len() >= options.max_tokens || backend.position(seq)? + 1 >= context {
-            break (FinishReason::Length, false);
+        if let Some(f) = step.finish {
+            finish = f;
+            break;
         }
-        logits = backend.decode(&[(seq, token)])?.pop().ok_or_else(|| Error::Config("no logits".into()))?;
-    };
-    if finish != FinishReason::Cancelled && !stopped_on_text {
-        // Whatever was held back: an incomplete character at the very end, and
-        // text that could still have become a stop string.
-        let mut tail = String::new();
-        if let Some(rest) = detok.flush(tokenizer)? {
-            let (out, stopped) = stops.push(&rest);
-            tail.push_str(&out);
-            if stopped {
-                finish = FinishReason::Stop;
-            }
-        }
-        tail.push_str(&stops.flush());
-        emit(&tail, &mut text);
     }
-    let now = Instant::now();
-    let stats = GenerationStats {
-        prompt_tokens: prompt.len(),
-        generated_tokens: tokens.len(),
-        time_to_first_token: first_token_at.map_or(Duration::ZERO, |t| t - start),
-        prefill_time,
-        decode_time: first_token_at.map_or(Duration::ZERO, |t| now - t),
-    };
-    Ok(Generation { text, tokens, logprobs, finish_reason: finish, stats })
+    if finish != FinishReason::Cancelled {
+        let tail = stream.finish(tokenizer)?;
+        if tail.stopped {
+            finish = FinishReason::Stop;
+        }
+        emit(&tail.text, &mut text);
+    }
+    let stats = tokens.stats();
+    Ok(Generation { text, tokens: ids, logprobs, finish_reason: finish, stats })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::StopMatcher;
+    use super::*;
+
+    fn matcher(stops: &[&str]) -> StopMatcher {
+        StopMatcher { stops: stops.iter().map(|s| s.to_string()).collect(), pending: String::new() }
+    }
 
     #[test]
-    fn stop_strings_hold_back_prefixes_and_cut_matches() {
-        let mut m = StopMatcher { stops: vec!["</s>".into(), "STOP".into()], pending: String::new() };
+    fn stop_strings_are_held_back_until_they_cannot_match() {
+        let mut m = matcher(&["</s>"]);
         assert_eq!(m.push("Hello <"), ("Hello ".to_string(), false));
         assert_eq!(m.push("/"), (String::new(), false));
-        assert_eq!(m.push("x> world ST"), ("</x> world ".to_string(), false));
-        assert_eq!(m.push("OP and more"), (String::new(), true));
-        let mut m = StopMatcher { stops: vec!["ab".into()], pending: String::new() };
-        assert_eq!(m.push("é a"), ("é ".to_string(), false));
-        assert_eq!(m.flush(), "a");
+        assert_eq!(m.push("x"), ("</x".to_string(), false));
+        assert_eq!(m.push(" done </s> more"), (" done ".to_string(), true));
+        let mut m = matcher(&["END"]);
+        assert_eq!(m.push("the EN"), ("the ".to_string(), false));
+        assert_eq!(m.flush(), "EN");
     }
 }

@@ -1,15 +1,21 @@
 //! `mlxcel-runtime`: from a bundle to generated text.
 //!
-//! - [`models`]: the architectures (Llama family, Qwen2, Qwen3, Gemma 3,
-//!   Phi-3), one file each, built from [`weights::Weights`] with the layers of
-//!   [`nn`] and the caches of [`kv_cache`];
+//! - [`models`]: the architectures (Llama family and Mistral, Qwen2, Qwen3,
+//!   Qwen3-MoE, Gemma 3, Phi-3), each a few lines over one decoder
+//!   ([`models::decoder`]), built from [`weights::Weights`] through scoped
+//!   views with the layers of [`nn`] and the caches of [`kv_cache`];
 //! - [`backend`]: the token-level seam ([`backend::Backend`]) that the
 //!   generation loop and the server talk to, and its MLX implementation;
 //! - [`sampler`], [`tokenizer`], [`chat`], [`generate`]: sampling, streaming
-//!   detokenization, chat templates and the generation loop.
+//!   detokenization, chat templates, and generation as tokens
+//!   ([`generate::TokenGenerator`]) and as text ([`generate::TextStream`]);
+//! - [`engine`]: the model on a thread of its own behind a `Send + Sync`
+//!   handle, batching requests continuously (what `mlxcel run` and the
+//!   server drive).
 
 pub mod backend;
 pub mod chat;
+pub mod engine;
 mod error;
 pub mod generate;
 pub mod kv_cache;
