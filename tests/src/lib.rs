@@ -1,6 +1,8 @@
 //! Shared helpers of the workspace's end-to-end tests (in `tests/tests/`).
 
+pub mod isa;
 pub mod steps;
+pub mod tiny;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -18,66 +18,23 @@
 //! product, measured up to 1.1e-3 on these logits of magnitude ~10; its bound
 //! is 5e-3, still far below the gaps that decide the argmax.
 
-use std::sync::{Mutex, MutexGuard};
-
 use mlxcel_arch::{Architecture, ModelConfig};
-use mlxcel_mlx::fast::{self, Isa};
 use mlxcel_mlx::{Array, Dtype};
 use mlxcel_runtime::backend::{Backend, MlxBackend, MlxOptions};
 use mlxcel_runtime::loader::{LoadOptions, load, weights_from_bundle};
 use mlxcel_runtime::models;
 use mlxcel_runtime::sampler::argmax;
 use mlxcel_runtime::weights::Weights;
-use mlxcel_tests::{load_mlx_lm_weights, read_json, run_reference_script, tiny_bundle};
-
-/// The kernel build is process-wide: checks that set it run one at a time.
-static KERNEL_BUILD: Mutex<()> = Mutex::new(());
-
-/// Runs `body(bound)` with each kernel build to check and its logit bound
-/// (module docs), then restores the best build.
-fn each_kernel_build(mut body: impl FnMut(&str, f32)) {
-    let _guard: MutexGuard<'_, ()> = KERNEL_BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let float = [Isa::Neon, Isa::Avx512, Isa::Avx2, Isa::Scalar].into_iter().find(|i| i.is_supported()).unwrap();
-    let mut builds = vec![(float, 1e-4)];
-    if Isa::Avx512Vnni.is_supported() {
-        builds.push((Isa::Avx512Vnni, 5e-3));
-    }
-    for (isa, bound) in builds {
-        fast::set_isa(isa).unwrap();
-        body(isa.name(), bound);
-    }
-    fast::set_isa(Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap()).unwrap();
-}
-
-/// The normalized config of an mlx-lm `config.json`, as the compiler writes it.
-fn normalized(config: &serde_json::Value) -> ModelConfig {
-    let model_type = config["model_type"].as_str().unwrap();
-    let arch = Architecture::from_hf(model_type).unwrap_or_else(|| panic!("unknown model_type {model_type}"));
-    ModelConfig::from_hf(arch, config).unwrap()
-}
+use mlxcel_tests::isa::each_kernel_build;
+use mlxcel_tests::tiny::tiny_model;
+use mlxcel_tests::{read_json, tiny_bundle};
 
 fn check(arch: &str, bits: u32) {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_str().unwrap();
-    let bits_arg = bits.to_string();
-    let mut args = vec![arch, out];
-    if bits > 0 {
-        args.extend(["--bits", &bits_arg]);
-    }
-    run_reference_script("tiny_reference.py", &args);
-    let config = read_json(&dir.path().join("config.json"));
-    let reference = read_json(&dir.path().join("reference.json"));
-    let ids = |key: &str| -> Vec<u32> {
-        reference[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
-    };
-    let (prompt, want_tokens) = (ids("prompt"), ids("tokens"));
-    let want_logits: Vec<f32> =
-        reference["prompt_logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-
-    let weights = load_mlx_lm_weights(dir.path(), &config);
-    let config = normalized(&config);
+    let tiny = tiny_model(dir.path(), arch, bits, 24);
+    let (prompt, want_tokens, want_logits) = (tiny.ids("prompt"), tiny.ids("tokens"), tiny.prompt_logits());
     each_kernel_build(|build, bound| {
-        let model = models::build(&config, &weights).unwrap();
+        let model = models::build(&tiny.config, &tiny.weights).unwrap();
         let mut backend = MlxBackend::new(model, MlxOptions { prefill_chunk: 7, max_kv: None }).unwrap();
 
         // One forward pass over the whole prompt (chunked: 7 tokens at a time).
@@ -181,11 +138,9 @@ fn unused_and_missing_weights_are_named() {
 #[test]
 fn tensors_the_architecture_does_not_use_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    run_reference_script("tiny_reference.py", &["llama", dir.path().to_str().unwrap(), "--tokens", "1"]);
-    let config = read_json(&dir.path().join("config.json"));
-    let mut weights = load_mlx_lm_weights(dir.path(), &config);
-    weights.insert("model.layers.0.self_attn.rotary_emb.inv_freq", Array::zeros(&[4], Dtype::F32).unwrap());
-    let err = models::build(&normalized(&config), &weights).err().unwrap().to_string();
+    let mut tiny = tiny_model(dir.path(), "llama", 0, 1);
+    tiny.weights.insert("model.layers.0.self_attn.rotary_emb.inv_freq", Array::zeros(&[4], Dtype::F32).unwrap());
+    let err = models::build(&tiny.config, &tiny.weights).err().unwrap().to_string();
     assert_eq!(
         err,
         "weight model.layers.0.self_attn.rotary_emb.inv_freq: 1 tensor(s) in the bundle are not used by the llama architecture"
