@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use mlxcel_runtime::backend::{Backend, MlxOptions};
+use mlxcel_runtime::backend::{Backend, MlxOptions, SeqId};
 use mlxcel_runtime::loader::{LoadOptions, load};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// Repetitions of each test (after one warm-up run).
     #[arg(short = 'r', long, default_value_t = 3)]
     pub repetitions: usize,
+    /// Sequences decoded together in the tg test (one forward pass per step
+    /// for all of them); t/s counts every sequence's tokens.
+    #[arg(short = 'b', long, default_value_t = 1)]
+    pub batch: usize,
     /// Prompt tokens per forward pass in the pp test.
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
@@ -71,6 +75,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
     let options =
         LoadOptions { compute_dtype: None, backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None } };
     let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
@@ -100,20 +107,26 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.n_gen > 0 {
         let mut rates = Vec::new();
         for rep in 0..=args.repetitions {
-            let seq = backend.new_sequence();
-            let mut token = rng.random_range(0..vocab);
+            let mut batch: Vec<(SeqId, u32)> =
+                (0..args.batch).map(|_| (backend.new_sequence(), rng.random_range(0..vocab))).collect();
             let start = Instant::now();
             for _ in 0..args.n_gen {
-                let logits = backend.decode(&[(seq, token)])?;
-                token = mlxcel_runtime::sampler::argmax(&logits[0]);
+                let logits = backend.decode(&batch)?;
+                for (row, l) in batch.iter_mut().zip(&logits) {
+                    row.1 = mlxcel_runtime::sampler::argmax(l);
+                }
             }
             let secs = start.elapsed().as_secs_f64();
-            backend.release_sequence(seq);
+            for (seq, _) in batch {
+                backend.release_sequence(seq);
+            }
             if rep > 0 {
-                rates.push(args.n_gen as f64 / secs);
+                rates.push((args.n_gen * args.batch) as f64 / secs);
             }
         }
-        samples.push(Sample { test: format!("tg{}", args.n_gen), tokens: args.n_gen, rates });
+        let test =
+            if args.batch == 1 { format!("tg{}", args.n_gen) } else { format!("tg{} x{}", args.n_gen, args.batch) };
+        samples.push(Sample { test, tokens: args.n_gen * args.batch, rates });
     }
 
     let name = if model.name.is_empty() { model.architecture.clone() } else { model.name.clone() };
