@@ -43,17 +43,20 @@ isa-check:
 fmt:
 	$(CARGO) fmt --all
 
-# Seconds each fuzz target runs in `make fuzz` (two targets: about a minute in all).
+# Seconds each fuzz target runs in `make fuzz` (three targets: about a minute and a half in all).
 FUZZ_SECONDS ?= 30
 FUZZ_CORPUS := fuzz/corpus
 
-## Fuzz the bundle reader: seed the corpora with valid bundles, then run each
-## cargo-fuzz target for FUZZ_SECONDS (stable toolchain, no sanitizer). A crash
-## fails the step; its input is left in fuzz/artifacts/ (make it a regression test).
+## Fuzz the bundle reader and the model config reader: seed the corpora with
+## valid bundles and configs (fuzz/seeds/), then run each cargo-fuzz target
+## for FUZZ_SECONDS (stable toolchain, no sanitizer). A crash fails the step;
+## its input is left in fuzz/artifacts/ (make it a regression test).
 fuzz:
 	$(CARGO) run -q -p mlxcel-bundle --example make_seeds -- $(FUZZ_CORPUS)/seeds
-	mkdir -p $(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/manifest
+	mkdir -p $(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/model_config
 	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none open_verify \
 		$(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/seeds/open_verify -- -max_total_time=$(FUZZ_SECONDS) -max_len=262144
 	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none manifest \
 		$(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/seeds/manifest -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536
+	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none model_config \
+		$(FUZZ_CORPUS)/model_config fuzz/seeds/model_config -- -max_total_time=$(FUZZ_SECONDS) -max_len=16384
