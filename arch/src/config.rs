@@ -25,6 +25,12 @@ use crate::table::Architecture;
 /// newer versions.
 pub const CONFIG_VERSION: u32 = 1;
 
+/// The most decoder layers a config may declare. Per-layer lists are
+/// allocated from `num_hidden_layers`, so an absurd count in an untrusted
+/// config is refused before it can exhaust memory; the deepest released
+/// models have under 200 layers.
+pub const MAX_LAYERS: usize = 100_000;
+
 /// A config value that cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -165,7 +171,7 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     /// The longest context the model was trained for.
     pub max_position_embeddings: usize,
-    /// Added to the mean square in every RMS norm.
+    /// Added to the mean square in every RMS norm (positive).
     pub rms_norm_eps: f32,
     /// Whether the output projection is the embedding table (no `lm_head`).
     pub tie_word_embeddings: bool,
@@ -303,6 +309,12 @@ impl ModelConfig {
         };
         let hidden_size = size("hidden_size", 1152)?;
         let num_hidden_layers = size("num_hidden_layers", 26)?;
+        if num_hidden_layers > MAX_LAYERS {
+            return Err(invalid(
+                "num_hidden_layers",
+                format!("{num_hidden_layers} is not a plausible layer count (at most {MAX_LAYERS})"),
+            ));
+        }
         let num_attention_heads = size("num_attention_heads", 4)?;
         let vocab_size = size("vocab_size", 262_144)?;
         let moe = match architecture {
@@ -547,12 +559,8 @@ impl ModelConfig {
                 Err(invalid(key, format!("must be a positive finite number, found {v}")))
             }
         };
-        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
-            return Err(invalid(
-                "rms_norm_eps",
-                format!("must be a non-negative finite number, found {}", self.rms_norm_eps),
-            ));
-        }
+        // A zero epsilon turns an all-zero row into 0/0 = NaN.
+        finite_positive("rms_norm_eps", self.rms_norm_eps)?;
         finite_positive("rope_theta", self.rope_theta)?;
         finite_positive("query_pre_attn_scalar", self.query_pre_attn_scalar)?;
         if let Some(base) = self.rope_local_base_freq {
@@ -833,7 +841,7 @@ mod tests {
         c.rms_norm_eps = f32::NAN;
         assert_eq!(
             c.validate().unwrap_err().to_string(),
-            "config key rms_norm_eps: must be a non-negative finite number, found NaN"
+            "config key rms_norm_eps: must be a positive finite number, found NaN"
         );
     }
 

@@ -328,18 +328,6 @@ pub struct Progress<'a> {
     pub source_bytes: u64,
 }
 
-/// The bundle's architecture name for the runtime.
-pub fn runtime_architecture(a: Architecture) -> &'static str {
-    match a {
-        Architecture::Llama => "llama",
-        Architecture::Mistral => "mistral",
-        Architecture::Qwen2 => "qwen2",
-        Architecture::Qwen3 => "qwen3",
-        Architecture::Gemma3 => "gemma3",
-        Architecture::Phi3 => "phi3",
-    }
-}
-
 /// The chat template a model family uses, for sources that ship none (the
 /// Gemma 3 GGUFs carry no `tokenizer.chat_template`): Google's template for
 /// Gemma 3, as published with the Hugging Face checkpoints.
@@ -512,13 +500,12 @@ pub fn compile(
     let start = Instant::now();
     options.validate()?;
     let config = source.config();
-    let architecture = runtime_architecture(config.architecture);
     // The surgery is validated against the model before any weight is read.
     let surgery_plan = match surgery {
         Some(s) => {
             let tensors: Vec<ModelTensor> =
                 source.tensors().iter().map(|t| ModelTensor { name: t.name.clone(), shape: t.shape.clone() }).collect();
-            Some(s.plan(ModelView { architecture, config: &config.json, tensors: &tensors })?)
+            Some(s.plan(ModelView { config, tensors: &tensors })?)
         }
         None => None,
     };
@@ -549,11 +536,12 @@ pub fn compile(
             }
         }
     }
-    let config_json = surgery_plan.as_ref().map_or(&config.json, |p| &p.config).to_string();
+    // The normalized config, after surgery: what the runtime builds the model from.
+    let config_json = surgery_plan.as_ref().map_or(config, |p| &p.config).to_json();
     let tokenizer = source.tokenizer()?;
     let generation = source.generation()?;
     let model = ModelInfo {
-        architecture: architecture.to_string(),
+        architecture: config.architecture.name().to_string(),
         name: options.name.clone().unwrap_or_else(|| default_name(source.path())),
         config_json,
     };

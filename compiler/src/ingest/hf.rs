@@ -12,7 +12,8 @@ use memmap2::Mmap;
 use safetensors::{Dtype as StDtype, SafeTensors};
 use serde_json::{Value, json};
 
-use super::arch::{ModelConfig, detect_hf};
+use mlxcel_arch::{Architecture, ModelConfig};
+
 use super::error::{IngestError, Result};
 use super::mmap::map_file;
 use super::tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
@@ -48,6 +49,8 @@ struct Quantized {
 pub(crate) struct SafetensorsSource {
     dir: PathBuf,
     pub(crate) config: ModelConfig,
+    /// `config.json` as the directory has it.
+    pub(crate) hf_config: Value,
     pub(crate) tensors: Vec<TensorInfo>,
     pub(crate) mlx_quantized: bool,
     shards: Vec<Shard>,
@@ -169,6 +172,32 @@ fn diagnose_header(path: &Path, bytes: &[u8], crate_error: &str) -> IngestError 
     generic()
 }
 
+/// Finds the architecture of a Hugging Face `config.json` (by
+/// `architectures[0]`, then `model_type`), refusing an unsupported one with
+/// the supported list.
+fn detect_hf(path: &Path, config: &Value) -> Result<Architecture> {
+    let classes: Vec<&str> = config
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let model_type = config.get("model_type").and_then(Value::as_str);
+    if let Some(a) = classes.iter().copied().chain(model_type).find_map(Architecture::from_hf) {
+        return Ok(a);
+    }
+    let found = match (classes.first(), model_type) {
+        (Some(c), Some(t)) => format!("{c} (model_type {t})"),
+        (Some(c), None) => c.to_string(),
+        (None, Some(t)) => format!("model_type {t}"),
+        (None, None) => "none (config.json has neither `architectures` nor `model_type`)".to_string(),
+    };
+    Err(IngestError::UnsupportedArchitecture {
+        path: path.to_path_buf(),
+        found,
+        supported: Architecture::supported_list(),
+    })
+}
+
 /// The MLX quantization of one layer: `(bits, group_size)` or not quantized.
 fn layer_quant(path: &Path, q: &Value, layer: &str) -> Result<Option<(u32, usize)>> {
     let read = |v: &Value, what: &str| -> Result<(u32, usize)> {
@@ -200,11 +229,13 @@ impl SafetensorsSource {
             return Err(IngestError::missing(&config_path, "config.json (the model's configuration)"));
         }
         let json = read_json(&config_path)?;
-        // The architecture is checked before any weight file is opened.
+        // The architecture and every value the runtime relies on are checked
+        // before any weight file is opened.
         let architecture = detect_hf(&config_path, &json)?;
+        let config =
+            ModelConfig::from_hf(architecture, &json).map_err(|e| IngestError::invalid_config(&config_path, e))?;
         let quant = json.get("quantization").or_else(|| json.get("quantization_config")).cloned();
         let mlx_quantized = quant.is_some();
-        let config = ModelConfig { architecture, json };
 
         let index_path = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if index_path.is_file() {
@@ -355,7 +386,16 @@ impl SafetensorsSource {
                 plain.insert(name.clone(), e.clone());
             }
         }
-        Ok(SafetensorsSource { dir: dir.to_path_buf(), config, tensors, mlx_quantized, shards, plain, quantized })
+        Ok(SafetensorsSource {
+            dir: dir.to_path_buf(),
+            config,
+            hf_config: json,
+            tensors,
+            mlx_quantized,
+            shards,
+            plain,
+            quantized,
+        })
     }
 
     pub(crate) fn source_files(&self) -> Vec<PathBuf> {
@@ -458,7 +498,7 @@ impl SafetensorsSource {
     pub(crate) fn generation(&self) -> Result<GenerationDefaults> {
         let gen_config = read_json_opt(&self.dir.join("generation_config.json"))?.unwrap_or_else(|| json!({}));
         let tc = read_json_opt(&self.dir.join("tokenizer_config.json"))?.unwrap_or_else(|| json!({}));
-        let cfg = &self.config.json;
+        let cfg = &self.hf_config;
         let pick =
             |key: &str| gen_config.get(key).filter(|v| !v.is_null()).or_else(|| cfg.get(key).filter(|v| !v.is_null()));
         let id = |v: Option<&Value>| v.and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok());

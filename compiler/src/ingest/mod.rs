@@ -17,7 +17,7 @@
 //! ```no_run
 //! use mlxcel_compiler::ingest::{SourceModel, TensorData};
 //! let model = SourceModel::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! println!("{} {}", model.config().architecture, model.config().json);
+//! println!("{} {}", model.config().architecture, model.config().to_json());
 //! for info in model.tensors() {
 //!     match model.load(info)? {
 //!         TensorData::Affine(q) => println!("{} {:?} {}-bit", info.name, q.shape, q.bits),
@@ -27,19 +27,19 @@
 //! # Ok::<(), mlxcel_compiler::ingest::IngestError>(())
 //! ```
 
-pub mod arch;
 pub mod error;
 pub mod export;
 pub mod gguf;
 mod hf;
 mod mmap;
+pub mod shapes;
 pub mod tensor;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-pub use arch::{Architecture, ModelConfig};
 pub use error::{IngestError, Result};
+pub use mlxcel_arch::{Architecture, ModelConfig};
 pub use tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
 
 use gguf::GgufSource;
@@ -244,35 +244,47 @@ impl SourceModel {
                 "not a model: expected a GGUF file or a directory with config.json and safetensors",
             ));
         };
-        let model = SourceModel { path: path.to_path_buf(), format, inner };
+        let mut model = SourceModel { path: path.to_path_buf(), format, inner };
+        model.reconcile_tied_embeddings()?;
         model.check_shapes()?;
         Ok(model)
     }
 
+    /// Makes `tie_word_embeddings` say what the tensors say: a model with an
+    /// `lm_head.weight` has its own output projection whatever its config
+    /// claims; one without must tie it to the embedding table, and a config
+    /// that says otherwise is refused (the runtime would have no output
+    /// projection to load).
+    fn reconcile_tied_embeddings(&mut self) -> Result<()> {
+        let has_head = self.tensor("lm_head.weight").is_some();
+        let config_path = self.config_path();
+        let config = match &mut self.inner {
+            Inner::Gguf(g) => &mut g.config,
+            Inner::Safetensors(s) => &mut s.config,
+        };
+        if has_head {
+            config.tie_word_embeddings = false;
+        } else if !config.tie_word_embeddings {
+            return Err(IngestError::invalid_config(
+                &config_path,
+                mlxcel_arch::ConfigError::Invalid {
+                    key: "tie_word_embeddings".into(),
+                    message: "is false, but the model has no lm_head.weight (no output projection of its own)".into(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     fn check_shapes(&self) -> Result<()> {
         let config = self.config();
-        let layers = config.num_hidden_layers();
         for t in self.tensors() {
-            if let (Some(l), Some(n)) = (ModelConfig::layer_of(&t.name), layers)
-                && l >= n
-            {
-                return Err(IngestError::ShapeMismatch {
-                    path: t.file.clone(),
-                    tensor: t.name.clone(),
-                    found: t.shape.clone(),
-                    expected: format!("layer {l} does not exist: num_hidden_layers is {n}"),
-                });
-            }
-            if let Some((expected, keys)) = config.expected_shape(&t.name)
-                && expected != t.shape
-            {
-                return Err(IngestError::ShapeMismatch {
-                    path: t.file.clone(),
-                    tensor: t.name.clone(),
-                    found: t.shape.clone(),
-                    expected: format!("{expected:?} = {keys}"),
-                });
-            }
+            shapes::check_tensor(config, &t.name, &t.shape).map_err(|expected| IngestError::ShapeMismatch {
+                path: t.file.clone(),
+                tensor: t.name.clone(),
+                found: t.shape.clone(),
+                expected,
+            })?;
         }
         Ok(())
     }
@@ -287,11 +299,30 @@ impl SourceModel {
         self.format
     }
 
-    /// The normalized configuration.
+    /// The normalized configuration: every default applied, every value
+    /// checked, `tie_word_embeddings` as the tensors have it.
     pub fn config(&self) -> &ModelConfig {
         match &self.inner {
             Inner::Gguf(g) => &g.config,
             Inner::Safetensors(s) => &s.config,
+        }
+    }
+
+    /// The configuration as a Hugging Face `config.json` spells it: the
+    /// directory's own, or for GGUF the one its metadata describes
+    /// (`architectures`, `model_type`, token ids, ...).
+    pub fn source_config(&self) -> &serde_json::Value {
+        match &self.inner {
+            Inner::Gguf(g) => &g.hf_config,
+            Inner::Safetensors(s) => &s.hf_config,
+        }
+    }
+
+    /// The file the configuration comes from (`config.json`, or the GGUF).
+    pub fn config_path(&self) -> PathBuf {
+        match &self.inner {
+            Inner::Gguf(_) => self.path.clone(),
+            Inner::Safetensors(_) => self.path.join("config.json"),
         }
     }
 
