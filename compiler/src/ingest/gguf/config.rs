@@ -290,9 +290,10 @@ fn rope_scaling(file: &GgufFile, m: &Meta<'_>, c: &mut Map<String, Value>) -> Re
         Some(v) => match v.as_f64() {
             Some(f) if f.is_finite() => Some(f),
             _ => {
-                return Err(
-                    m.invalid("rope_scaling.factor", format!("{} must be a finite number, found {v:?}", key("factor")))
-                );
+                return Err(m.invalid(
+                    "rope_scaling.factor",
+                    format!("{} must be a finite number, found {v:?}", key("factor")),
+                ));
             }
         },
     };
