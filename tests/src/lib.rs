@@ -151,6 +151,12 @@ pub fn mlx_lm_config(normalized: &ModelConfig) -> serde_json::Value {
             assert!(follows, "mlx-lm's gemma3_text cannot express layer_types {types:?}");
             c.insert("sliding_window_pattern".into(), pattern.into());
             c.insert("hidden_activation".into(), c["hidden_act"].clone());
+            // transformers' Gemma3TextConfig (which mlx-lm's loader builds)
+            // checks that this one is an integer.
+            let scalar = normalized.query_pre_attn_scalar;
+            if scalar.fract() == 0.0 {
+                c.insert("query_pre_attn_scalar".into(), (scalar as u64).into());
+            }
         }
         Architecture::Llama | Architecture::Mistral => {
             assert!(
