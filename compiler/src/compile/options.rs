@@ -165,9 +165,30 @@ fn is_embedding_or_head(name: &str) -> bool {
     name == "model.embed_tokens.weight" || name == "lm_head.weight"
 }
 
+/// A mixture-of-experts router (`mlp.gate`, not a dense `mlp.gate_proj`).
+fn is_router(name: &str) -> bool {
+    name.ends_with(".mlp.gate.weight")
+}
+
+/// The width and group of a quantized router: mlx-lm's (its Qwen3-MoE
+/// `quant_predicate`), so that `--quantize qN` of a float mixture stores
+/// what `mlx_lm.convert -q` does. Routing picks experts by rank, and a
+/// coarse router would change which experts a token reaches; the router is
+/// tiny (experts × hidden). Falls back to `--group-size` where 64 does not
+/// divide the columns.
+const ROUTER_BITS: u32 = 8;
+const ROUTER_GROUP: u32 = 64;
+
+/// Whether a tensor is a weight matrix: 2-D, or a stack of experts' matrices
+/// (`switch_mlp`, `[experts, out, in]`, quantized along the last axis).
+fn is_matrix(info: &TensorInfo) -> bool {
+    let stacked = info.shape.len() == 3 && info.name.contains(".switch_mlp.");
+    (info.shape.len() == 2 || stacked) && info.name.ends_with(".weight") && !info.name.contains("norm")
+}
+
 /// The form a tensor takes under `options`.
 pub fn plan(info: &TensorInfo, options: &CompileOptions) -> TensorPlan {
-    let matrix = info.shape.len() == 2 && info.name.ends_with(".weight") && !info.name.contains("norm");
+    let matrix = is_matrix(info);
     let source_float = match &info.storage {
         Storage::Float(d) => Some(*d),
         Storage::Gguf(GgmlType::F32) => Some(FloatDtype::F32),
@@ -198,6 +219,11 @@ pub fn plan(info: &TensorInfo, options: &CompileOptions) -> TensorPlan {
         QuantizeTarget::None => TensorPlan::Float(source_float.unwrap_or(FloatDtype::F32)),
         QuantizeTarget::Bf16 => TensorPlan::Float(FloatDtype::BF16),
         QuantizeTarget::F16 => TensorPlan::Float(FloatDtype::F16),
+        QuantizeTarget::Affine(_) if is_router(&info.name) => {
+            let cols = info.shape.last().copied().unwrap_or(0);
+            let group_size = if cols.is_multiple_of(ROUTER_GROUP as usize) { ROUTER_GROUP } else { options.group_size };
+            TensorPlan::Quantize { bits: ROUTER_BITS, group_size }
+        }
         QuantizeTarget::Affine(bits) => {
             let bits = if is_embedding_or_head(&info.name) { options.embedding_bits.unwrap_or(bits) } else { bits };
             TensorPlan::Quantize { bits, group_size: options.group_size }

@@ -56,6 +56,81 @@ pub(crate) struct SafetensorsSource {
     shards: Vec<Shard>,
     plain: HashMap<String, Entry>,
     quantized: HashMap<String, Quantized>,
+    /// Stacked expert tensors: the per-expert entries, in expert order.
+    stacked: HashMap<String, Vec<Entry>>,
+}
+
+/// A mixture's expert stored on its own (Hugging Face's
+/// `model.layers.L.mlp.experts.E.P.weight`): `(L, E, P)`.
+fn expert_part(name: &str) -> Option<(usize, usize, &str)> {
+    let (layer, rest) = name.strip_prefix("model.layers.")?.split_once('.')?;
+    let (expert, proj) = rest.strip_prefix("mlp.experts.")?.split_once('.')?;
+    let proj = proj.strip_suffix(".weight").filter(|p| ["gate_proj", "up_proj", "down_proj"].contains(p))?;
+    Some((layer.parse().ok()?, expert.parse().ok()?, proj))
+}
+
+/// The stacked name mlx-lm gives the experts of a projection:
+/// `model.layers.L.mlp.switch_mlp.P.weight`, shaped `[experts, out, in]`.
+fn stacked_name(layer: usize, proj: &str) -> String {
+    format!("model.layers.{layer}.mlp.switch_mlp.{proj}.weight")
+}
+
+/// Groups per-expert tensors by the stacked tensor they make, each group's
+/// entries in expert order: every expert of `num_experts` present, float,
+/// of one dtype and one 2-D shape.
+fn stack_experts(
+    entries: &[(String, Entry)],
+    by_name: &HashMap<String, Entry>,
+    shards: &[Shard],
+    num_experts: usize,
+) -> Result<HashMap<String, Vec<Entry>>> {
+    let mut groups: HashMap<String, Vec<Option<Entry>>> = HashMap::new();
+    for (name, e) in entries {
+        let Some((layer, expert, proj)) = expert_part(name) else { continue };
+        let path = &shards[e.shard].path;
+        let err = |m: String| IngestError::tensor(path, name, e.start as u64, m);
+        if by_name.contains_key(&format!("{}.scales", name.trim_end_matches(".weight"))) {
+            return Err(err(
+                "experts quantized one tensor each are not supported (mlx-lm stacks them as mlp.switch_mlp)".into(),
+            ));
+        }
+        if expert >= num_experts {
+            return Err(err(format!("expert {expert} does not exist: num_experts is {num_experts}")));
+        }
+        let group = groups.entry(stacked_name(layer, proj)).or_insert_with(|| vec![None; num_experts]);
+        group[expert] = Some(e.clone());
+    }
+    let mut stacked = HashMap::with_capacity(groups.len());
+    for (stack, parts) in groups {
+        let first = parts.iter().flatten().next().expect("a group has the entry that made it").clone();
+        let path = &shards[first.shard].path;
+        let mut entries = Vec::with_capacity(num_experts);
+        for (expert, part) in parts.into_iter().enumerate() {
+            let part_name = stack.replace("switch_mlp.", &format!("experts.{expert}."));
+            let Some(part) = part else {
+                return Err(IngestError::tensor(
+                    path,
+                    &part_name,
+                    first.start as u64,
+                    format!("missing: {stack} stacks all {num_experts} experts (num_experts)"),
+                ));
+            };
+            if part.dtype != first.dtype || part.shape != first.shape || part.shape.len() != 2 {
+                return Err(IngestError::tensor(
+                    &shards[part.shard].path,
+                    &part_name,
+                    part.start as u64,
+                    format!(
+                        "{:?} {:?} does not stack with expert 0's {:?} {:?} (every expert is one 2-D tensor of one dtype)",
+                        part.dtype, part.shape, first.dtype, first.shape
+                    ),
+                ));
+            }
+            entries.push(part);
+        }
+        stacked.insert(stack, entries);
+    }
+    Ok(stacked)
 }
 
 fn read_json(path: &Path) -> Result<Value> {
@@ -298,11 +373,42 @@ impl SafetensorsSource {
             }
         }
 
+        // A mixture's experts stored one tensor each are presented stacked,
+        // where the first of them stands in the file.
+        let stacked = match &config.moe {
+            Some(moe) => stack_experts(&entries, &by_name, &shards, moe.num_experts)?,
+            None => HashMap::new(),
+        };
+        let mut emitted = BTreeSet::new();
         let mut tensors = Vec::new();
         let mut plain = HashMap::new();
         let mut quantized = HashMap::new();
         for (name, e) in &entries {
             let path = &shards[e.shard].path;
+            if let Some((layer, _, proj)) = expert_part(name).filter(|_| !stacked.is_empty()) {
+                let stack = stacked_name(layer, proj);
+                if !emitted.insert(stack.clone()) {
+                    continue;
+                }
+                let parts = &stacked[&stack];
+                let dtype = float_dtype(e.dtype).ok_or_else(|| IngestError::UnknownDtype {
+                    path: path.clone(),
+                    tensor: name.clone(),
+                    dtype: format!("{:?} (float tensors must be F32, F16 or BF16)", e.dtype),
+                })?;
+                let mut shape = vec![parts.len()];
+                shape.extend_from_slice(&e.shape);
+                tensors.push(TensorInfo {
+                    name: stack,
+                    source_name: format!("model.layers.{layer}.mlp.experts.*.{proj}.weight"),
+                    file: path.clone(),
+                    shape,
+                    storage: Storage::Float(dtype),
+                    offset: e.start as u64,
+                    nbytes: parts.iter().map(|p| (p.end - p.start) as u64).sum(),
+                });
+                continue;
+            }
             if name.ends_with(".scales") || name.ends_with(".biases") {
                 let base = name.rsplit_once('.').map(|(b, _)| b).unwrap_or(name);
                 if !by_name.contains_key(&format!("{base}.weight")) {
@@ -395,6 +501,7 @@ impl SafetensorsSource {
             shards,
             plain,
             quantized,
+            stacked,
         })
     }
 
@@ -434,7 +541,28 @@ impl SafetensorsSource {
         Ok(FloatTensor { dtype, shape: e.shape.clone(), data: Cow::Borrowed(self.bytes(name, e)?) })
     }
 
+    /// The experts of a stacked tensor, each borrowed from the map.
+    fn expert_parts(&self, info: &TensorInfo, parts: &[Entry]) -> Result<Vec<FloatTensor<'_>>> {
+        parts.iter().map(|p| self.float(&info.name, p)).collect()
+    }
+
+    /// The tensor in parts where it is stored in parts (experts one by one),
+    /// else whole.
+    pub(crate) fn float_chunks(&self, info: &TensorInfo) -> Result<super::FloatChunks<'_>> {
+        match self.stacked.get(&info.name) {
+            Some(parts) => Ok(super::FloatChunks::parts(self.expert_parts(info, parts)?)),
+            None => Ok(super::FloatChunks::whole(self.load_float(info)?)),
+        }
+    }
+
     pub(crate) fn load(&self, info: &TensorInfo) -> Result<TensorData<'_>> {
+        if let Some(parts) = self.stacked.get(&info.name) {
+            // The stacked layout is the experts one after another.
+            let parts = self.expert_parts(info, parts)?;
+            let data: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+            let dtype = parts.first().map_or(FloatDtype::F32, |p| p.dtype);
+            return Ok(TensorData::Float(FloatTensor { dtype, shape: info.shape.clone(), data: Cow::Owned(data) }));
+        }
         if let Some(q) = self.quantized.get(&info.name) {
             let Storage::MlxAffine { bits, group_size, .. } = info.storage else {
                 return Err(IngestError::tensor(&info.file, &info.name, info.offset, "storage mismatch"));

@@ -53,6 +53,9 @@ pub struct FloatChunks<'a> {
 enum ChunkSource<'a> {
     /// One block, not yet taken.
     Whole(Option<FloatTensor<'a>>),
+    /// Consecutive parts of one tensor, in order (a mixture's experts stored
+    /// one tensor each, borrowed from the map).
+    Parts(std::vec::IntoIter<FloatTensor<'a>>),
     /// GGUF blocks, dequantized `rows_per_chunk` rows at a time.
     Blocks {
         raw: std::borrow::Cow<'a, [u8]>,
@@ -61,7 +64,7 @@ enum ChunkSource<'a> {
         rows: usize,
         rows_per_chunk: usize,
         next_row: usize,
-        /// The shape of one row (all dimensions but the first).
+        /// The shape of one row (the last dimension).
         row_shape: Vec<usize>,
         /// For errors.
         path: PathBuf,
@@ -75,6 +78,10 @@ impl<'a> FloatChunks<'a> {
         FloatChunks { inner: ChunkSource::Whole(Some(t)) }
     }
 
+    pub(crate) fn parts(parts: Vec<FloatTensor<'a>>) -> FloatChunks<'a> {
+        FloatChunks { inner: ChunkSource::Parts(parts.into_iter()) }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn blocks(
         raw: std::borrow::Cow<'a, [u8]>,
@@ -85,8 +92,11 @@ impl<'a> FloatChunks<'a> {
         name: &str,
         offset: u64,
     ) -> FloatChunks<'a> {
-        let rows = shape.first().copied().unwrap_or(1).max(1);
-        let row_shape = shape.get(1..).map(<[usize]>::to_vec).unwrap_or_default();
+        // Rows run along the last axis: a stack [experts, out, in] is
+        // experts × out rows of `in`, blocked like one tall matrix.
+        let (leading, last) = shape.split_at(shape.len().saturating_sub(1));
+        let rows = leading.iter().product::<usize>().max(1);
+        let row_shape = last.to_vec();
         let row_elems: usize = row_shape.iter().product::<usize>().max(1);
         let rows_per_chunk = (max_chunk_bytes / (4 * row_elems)).clamp(1, rows);
         FloatChunks {
@@ -112,6 +122,7 @@ impl<'a> Iterator for FloatChunks<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match &mut self.inner {
             ChunkSource::Whole(t) => t.take().map(Ok),
+            ChunkSource::Parts(parts) => parts.next().map(Ok),
             ChunkSource::Blocks {
                 raw,
                 ty,
@@ -360,14 +371,16 @@ impl SourceModel {
         }
     }
 
-    /// A tensor as floats in blocks of whole rows of about `max_chunk_bytes`
-    /// of f32 each, so that the compiler never holds a large dequantized
-    /// tensor at once. GGUF block types are dequantized one row block at a
-    /// time; other sources (already floats in a memory map) come as one block.
+    /// A tensor as floats in blocks of whole rows (along the last axis) of
+    /// about `max_chunk_bytes` of f32 each, so that the compiler never holds
+    /// a large dequantized tensor at once. GGUF block types are dequantized
+    /// one row block at a time; experts stored one tensor each come expert
+    /// by expert, borrowed from the map; other sources (already floats in a
+    /// memory map) come as one block.
     pub fn float_chunks(&self, info: &TensorInfo, max_chunk_bytes: usize) -> Result<FloatChunks<'_>> {
         match &self.inner {
             Inner::Gguf(g) => g.float_chunks(info, max_chunk_bytes),
-            Inner::Safetensors(s) => Ok(FloatChunks::whole(s.load_float(info)?)),
+            Inner::Safetensors(s) => s.float_chunks(info),
         }
     }
 

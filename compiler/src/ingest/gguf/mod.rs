@@ -202,7 +202,10 @@ impl GgufSource {
 
     pub(crate) fn load(&self, info: &TensorInfo) -> Result<TensorData<'_>> {
         let g = self.gguf_info(info)?;
-        if g.ggml_type.affine_bits().is_none() || self.norm_offset(info) || info.shape.len() != 2 {
+        // Matrices and stacks of them (a mixture's experts, [experts, out,
+        // in]): ggml blocks run along the last axis, as MLX's groups do, so
+        // the stack transcodes as one tall matrix.
+        if g.ggml_type.affine_bits().is_none() || self.norm_offset(info) || info.shape.len() < 2 {
             return self.load_float(info).map(TensorData::Float);
         }
         let raw = self.raw(info, g)?;
