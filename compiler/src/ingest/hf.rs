@@ -5,7 +5,7 @@
 //! and `weight`/`scales`/`biases` per quantized layer, taken as it is.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
@@ -84,7 +84,8 @@ fn stack_experts(
     shards: &[Shard],
     num_experts: usize,
 ) -> Result<HashMap<String, Vec<Entry>>> {
-    let mut groups: HashMap<String, Vec<Option<Entry>>> = HashMap::new();
+    // Sparse until checked: `num_experts` comes from an untrusted config.
+    let mut groups: BTreeMap<String, BTreeMap<usize, Entry>> = BTreeMap::new();
     for (name, e) in entries {
         let Some((layer, expert, proj)) = expert_part(name) else { continue };
         let path = &shards[e.shard].path;
@@ -97,28 +98,26 @@ fn stack_experts(
         if expert >= num_experts {
             return Err(err(format!("expert {expert} does not exist: num_experts is {num_experts}")));
         }
-        let group = groups.entry(stacked_name(layer, proj)).or_insert_with(|| vec![None; num_experts]);
-        group[expert] = Some(e.clone());
+        groups.entry(stacked_name(layer, proj)).or_default().insert(expert, e.clone());
     }
     let mut stacked = HashMap::with_capacity(groups.len());
     for (stack, parts) in groups {
-        let first = parts.iter().flatten().next().expect("a group has the entry that made it").clone();
-        let path = &shards[first.shard].path;
-        let mut entries = Vec::with_capacity(num_experts);
-        for (expert, part) in parts.into_iter().enumerate() {
-            let part_name = stack.replace("switch_mlp.", &format!("experts.{expert}."));
-            let Some(part) = part else {
-                return Err(IngestError::tensor(
-                    path,
-                    &part_name,
-                    first.start as u64,
-                    format!("missing: {stack} stacks all {num_experts} experts (num_experts)"),
-                ));
-            };
+        let first = parts.values().next().expect("a group has the entry that made it").clone();
+        if parts.len() != num_experts {
+            // Every index is below num_experts, so one below len + 1 is missing.
+            let missing = (0..num_experts).find(|e| !parts.contains_key(e)).unwrap_or(0);
+            return Err(IngestError::tensor(
+                &shards[first.shard].path,
+                &stack.replace("switch_mlp.", &format!("experts.{missing}.")),
+                first.start as u64,
+                format!("missing: {stack} stacks all {num_experts} experts (num_experts)"),
+            ));
+        }
+        for (expert, part) in &parts {
             if part.dtype != first.dtype || part.shape != first.shape || part.shape.len() != 2 {
                 return Err(IngestError::tensor(
                     &shards[part.shard].path,
-                    &part_name,
+                    &stack.replace("switch_mlp.", &format!("experts.{expert}.")),
                     part.start as u64,
                     format!(
                         "{:?} {:?} does not stack with expert 0's {:?} {:?} (every expert is one 2-D tensor of one dtype)",
@@ -126,9 +125,8 @@ fn stack_experts(
                     ),
                 ));
             }
-            entries.push(part);
         }
-        stacked.insert(stack, entries);
+        stacked.insert(stack, parts.into_values().collect());
     }
     Ok(stacked)
 }
