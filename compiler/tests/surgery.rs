@@ -196,19 +196,19 @@ operations:
 
 /// The model view of a source, for planning in tests.
 struct Views {
-    config: serde_json::Value,
+    config: mlxcel_compiler::ingest::ModelConfig,
     tensors: Vec<mlxcel_surgery::ModelTensor>,
 }
 
 impl Views {
     fn view(&self) -> mlxcel_surgery::ModelView<'_> {
-        mlxcel_surgery::ModelView { architecture: "llama", config: &self.config, tensors: &self.tensors }
+        mlxcel_surgery::ModelView { config: &self.config, tensors: &self.tensors }
     }
 }
 
 fn common_view(src: &SourceModel) -> Views {
     Views {
-        config: src.config().json.clone(),
+        config: src.config().clone(),
         tensors: src
             .tensors()
             .iter()

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::{GgufWriter, SMOLLM2, TempDir, Val, f32_bytes, model, run_python};
+use mlxcel_arch::RopeScaling;
 use mlxcel_compiler::ingest::gguf::quant::{GgmlType, dequantize, transcode_affine};
 use mlxcel_compiler::ingest::gguf::reader::{GgufFile, GgufValue};
 use mlxcel_compiler::ingest::{IngestError, SourceModel, Storage, TensorData};
@@ -248,8 +249,8 @@ fn llama_q_and_k_rows_are_unpermuted() {
         assert_eq!(v as usize, 2 * j + i, "k row {r}");
     }
     // Others untouched.
-    assert_eq!(m.config().json["head_dim"], 32);
-    assert_eq!(m.config().json["tie_word_embeddings"], true);
+    assert_eq!(m.config().head_dim, 32);
+    assert!(m.config().tie_word_embeddings);
     // The SentencePiece tokenizer builds and loads.
     let t: tokenizers::Tokenizer = m.tokenizer().unwrap().tokenizer_json.parse().unwrap();
     assert_eq!(t.encode("ab", true).unwrap().get_ids(), &[1, 7, 6]);
@@ -370,7 +371,7 @@ fn qwen2_gguf_config_and_biases() {
         .tensor("blk.0.attn_k.bias", &[32], 0, f32_bytes(&[0.0; 32]));
     w.write(&path);
     let m = SourceModel::open(&path).unwrap();
-    let c = &m.config().json;
+    let c = m.source_config();
     assert_eq!(c["model_type"], "qwen2");
     assert_eq!(c["architectures"][0], "Qwen2ForCausalLM");
     assert_eq!(c["head_dim"], 16);
@@ -380,6 +381,19 @@ fn qwen2_gguf_config_and_biases() {
         json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
     );
     assert_eq!(c["rope_theta"].as_f64(), Some(1e6));
+    // Normalized: YaRN's other parameters at mlx-lm's defaults.
+    assert_eq!(
+        m.config().rope_scaling,
+        Some(RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 32768.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            mscale: 1.0,
+            mscale_all_dim: 0.0
+        })
+    );
+    assert!(!m.config().tie_word_embeddings);
     assert!(m.tensor("lm_head.weight").is_some());
     // Qwen's q rows are not permuted in GGUF: the bias comes back as stored.
     let bias = m.tensor("model.layers.0.self_attn.q_proj.bias").unwrap();
@@ -489,7 +503,18 @@ fn unsupported_architectures_are_refused_before_any_weight() {
     let e = err_of(tmp.path());
     assert!(matches!(e, IngestError::UnsupportedArchitecture { .. }), "{e}");
     let msg = e.to_string();
-    for want in ["GPTNeoXForCausalLM", "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3", "config.json"] {
+    for want in [
+        "GPTNeoXForCausalLM",
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "gemma3",
+        "Gemma3ForCausalLM",
+        "phi3",
+        "config.json",
+    ] {
         assert!(msg.contains(want), "{msg} lacks {want}");
     }
 
@@ -503,7 +528,7 @@ fn unsupported_architectures_are_refused_before_any_weight() {
     std::fs::write(&path, bytes).unwrap();
     let e = err_of(&path);
     assert!(matches!(e, IngestError::UnsupportedArchitecture { .. }), "{e}");
-    assert!(e.to_string().contains("gpt2") && e.to_string().contains("gemma3_text"), "{e}");
+    assert!(e.to_string().contains("gpt2") && e.to_string().contains("Gemma3ForCausalLM"), "{e}");
 }
 
 #[test]
@@ -522,10 +547,14 @@ fn a_shape_that_contradicts_the_config_is_named() {
 
     // A layer past num_hidden_layers.
     let mut cfg = tiny_config();
-    cfg["num_hidden_layers"] = json!(0);
+    cfg["num_hidden_layers"] = json!(1);
     std::fs::write(tmp.path().join("config.json"), cfg.to_string()).unwrap();
+    write_safetensors(
+        &tmp.path().join("model.safetensors"),
+        &[f32_tensor("model.norm.weight", &[64]), f32_tensor("model.layers.1.input_layernorm.weight", &[64])],
+    );
     let msg = err_of(tmp.path()).to_string();
-    assert!(msg.contains("num_hidden_layers is 0"), "{msg}");
+    assert!(msg.contains("model.layers.1.input_layernorm.weight") && msg.contains("num_hidden_layers is 1"), "{msg}");
 }
 
 /// A safetensors file with a hand-written header.
@@ -608,10 +637,16 @@ fn truncated_and_corrupt_ggufs_name_the_file_tensor_and_offset() {
     std::fs::write(&path, &bad).unwrap();
     assert!(err_of(&path).to_string().contains("GGUF version 7"));
 
-    // No vocabulary: the weights open, the tokenizer is the error.
+    // No vocabulary: the weights open (the vocabulary size is the
+    // embedding's), the tokenizer is the error.
     let mut w = GgufWriter::new();
     tiny_hparams(&mut w, "llama", 2, 1);
-    w.tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
+    w.tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64])).tensor(
+        "token_embd.weight",
+        &[64, 8],
+        0,
+        f32_bytes(&[0.0; 64 * 8]),
+    );
     w.write(&path);
     let m = SourceModel::open(&path).unwrap();
     let e = m.tokenizer().unwrap_err().to_string();

@@ -19,6 +19,9 @@ pub enum SurgeryError {
         /// What is wrong.
         message: String,
     },
+    /// The config the operations leave is one the runtime cannot use.
+    #[error("surgery leaves an unusable model config: {0}")]
+    Config(mlxcel_arch::ConfigError),
     /// Computing an edit failed in MLX.
     #[error("surgery on {tensor}: {source}")]
     Mlx {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use globset::{Glob, GlobSetBuilder};
+use mlxcel_arch::{Architecture, ModelConfig};
 use mlxcel_mlx::{Array, Dtype};
-use serde_json::{Value, json};
 
 use crate::donor::Donor;
 use crate::error::{Result, SurgeryError};
@@ -28,13 +28,12 @@ pub struct ModelTensor {
     pub shape: Vec<usize>,
 }
 
-/// The model being compiled: architecture (the runtime's name), config and tensors.
+/// The model being compiled: its normalized config (which names the
+/// architecture) and its tensors.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelView<'a> {
-    /// `llama`, `mistral`, `qwen2`, `qwen3`, `gemma3` or `phi3`.
-    pub architecture: &'a str,
-    /// The Hugging Face-style config.
-    pub config: &'a Value,
+    /// The normalized config.
+    pub config: &'a ModelConfig,
     /// Every tensor, in source order.
     pub tensors: &'a [ModelTensor],
 }
@@ -128,8 +127,8 @@ pub struct OperationRecord {
 pub struct Plan {
     /// The output tensors, in source order.
     pub outputs: Vec<OutputTensor>,
-    /// The config after removals.
-    pub config: Value,
+    /// The config after removals (checked: every value still valid).
+    pub config: ModelConfig,
     /// Per operation: its description and what it matched.
     pub operations: Vec<OperationRecord>,
     /// Source tensors that are not in the output.
@@ -160,10 +159,12 @@ struct Planner<'a> {
     base_dir: &'a Path,
     entries: Vec<Entry>,
     index: HashMap<String, usize>,
-    config: Value,
+    config: ModelConfig,
     donors: HashMap<PathBuf, Arc<Donor>>,
     heads_removed_by: Option<usize>,
     channels_removed_by: Option<usize>,
+    /// Original layers removed by earlier operations.
+    removed_layers: BTreeSet<usize>,
 }
 
 /// Errors of one operation, with its position, name and line.
@@ -180,13 +181,9 @@ impl OpCtx<'_> {
 }
 
 impl Planner<'_> {
-    fn cfg_usize(&self, key: &str) -> Option<usize> {
-        self.config.get(key).and_then(Value::as_u64).map(|v| v as usize)
-    }
-
     /// The original model's layer count (ids always refer to original layers).
     fn layers(&self) -> usize {
-        self.model.config.get("num_hidden_layers").and_then(Value::as_u64).unwrap_or(0) as usize
+        self.model.config.num_hidden_layers
     }
 
     fn live(&self, name: &str) -> Option<usize> {
@@ -399,7 +396,7 @@ impl Planner<'_> {
                 "removing {granularity}s needs every layer (the config holds one size for all); zero them instead, or drop `layers`"
             )));
         }
-        let fused = self.model.architecture == "phi3" && granularity != Granularity::Layer;
+        let fused = self.model.config.architecture == Architecture::Phi3 && granularity != Granularity::Layer;
         if fused {
             return Err(
                 ctx.err(format!("pruning {granularity}s is not supported for phi3 (fused qkv_proj and gate_up_proj)"))
@@ -428,6 +425,8 @@ impl Planner<'_> {
                                 "self_attn.o_proj.bias",
                                 "mlp.down_proj.weight",
                                 "mlp.down_proj.bias",
+                                // A mixture-of-experts layer: every expert's output.
+                                "mlp.switch_mlp.down_proj.weight",
                             ] {
                                 let rows =
                                     self.live(&format!("model.layers.{l}.{tail}")).map(|i| self.entries[i].shape[0]);
@@ -450,14 +449,12 @@ impl Planner<'_> {
                     }
                 }
                 if mode == PruneMode::Remove {
-                    self.remove_layers_from_config(&ids, n_layers);
+                    self.remove_layers_from_config(&ids);
                 }
             }
             Granularity::AttentionHead => {
-                let heads = self.cfg_usize("num_attention_heads").unwrap_or(0);
-                let kv = self.cfg_usize("num_key_value_heads").unwrap_or(heads);
-                let hidden = self.cfg_usize("hidden_size").unwrap_or(0);
-                let hd = self.cfg_usize("head_dim").unwrap_or(hidden.checked_div(heads).unwrap_or(0));
+                let (heads, kv, hd) =
+                    (self.config.num_attention_heads, self.config.num_key_value_heads, self.config.head_dim);
                 if let Some(bad) = ids.iter().find(|&&h| h >= heads) {
                     return Err(ctx.err(format!("head {bad} is out of range (the model has {heads} heads)")));
                 }
@@ -517,14 +514,23 @@ impl Planner<'_> {
                 }
                 if mode == PruneMode::Remove {
                     self.heads_removed_by = Some(ctx.index);
-                    let cfg = self.config.as_object_mut().expect("config is an object");
-                    cfg.insert("num_attention_heads".into(), json!(heads - ids.len()));
-                    cfg.insert("num_key_value_heads".into(), json!(kv - dropped_groups.len()));
-                    cfg.insert("head_dim".into(), json!(hd));
+                    self.config.num_attention_heads = heads - ids.len();
+                    self.config.num_key_value_heads = kv - dropped_groups.len();
                 }
             }
             Granularity::MlpChannel => {
-                let inter = self.cfg_usize("intermediate_size").unwrap_or(0);
+                // Experts have their own width (moe_intermediate_size) and a
+                // router that would keep sending tokens to pruned channels'
+                // experts: channel ids of the dense MLP mean nothing there.
+                if let (Some(l), Some(moe)) =
+                    (layers.iter().find(|&&l| self.model.config.is_moe_layer(l)), &self.model.config.moe)
+                {
+                    return Err(ctx.err(format!(
+                        "pruning mlp_channels is not supported for mixture-of-experts layers: layer {l} routes tokens to {} experts with {} channels each, not to one MLP of intermediate_size; zero the channels of dense layers only, naming them in `layers`",
+                        moe.num_experts, moe.moe_intermediate_size
+                    )));
+                }
+                let inter = self.config.intermediate_size;
                 if let Some(bad) = ids.iter().find(|&&c| c >= inter) {
                     return Err(ctx.err(format!("channel {bad} is out of range (the MLP has {inter} channels)")));
                 }
@@ -550,8 +556,7 @@ impl Planner<'_> {
                 }
                 if mode == PruneMode::Remove {
                     self.channels_removed_by = Some(ctx.index);
-                    let cfg = self.config.as_object_mut().expect("config is an object");
-                    cfg.insert("intermediate_size".into(), json!(inter - ids.len()));
+                    self.config.intermediate_size = inter - ids.len();
                 }
             }
         }
@@ -564,39 +569,28 @@ impl Planner<'_> {
         Ok(touched)
     }
 
-    /// Shrinks the config after removing `ids` of `n_layers` layers,
-    /// keeping each remaining layer's attention type.
-    fn remove_layers_from_config(&mut self, ids: &BTreeSet<usize>, n_layers: usize) {
-        let types: Option<Vec<Value>> = match self.config.get("layer_types").and_then(Value::as_array) {
-            Some(t) => Some(t.clone()),
-            // Gemma 3 without layer_types: every pattern-th layer is global.
-            None if self.model.architecture == "gemma3" => {
-                let pattern = self.cfg_usize("sliding_window_pattern").unwrap_or(6).max(1);
-                Some(
-                    (0..n_layers)
-                        .map(|i| json!(if (i + 1) % pattern == 0 { "full_attention" } else { "sliding_attention" }))
-                        .collect(),
-                )
-            }
-            None => None,
-        };
-        let cfg = self.config.as_object_mut().expect("config is an object");
-        let removed_before = cfg.get("num_hidden_layers").and_then(Value::as_u64).unwrap_or(n_layers as u64) as usize;
-        cfg.insert("num_hidden_layers".into(), json!(removed_before - ids.len()));
-        if let Some(types) = types {
-            let kept: Vec<Value> =
-                types.into_iter().enumerate().filter(|(i, _)| !ids.contains(i)).map(|(_, t)| t).collect();
-            cfg.insert("layer_types".into(), Value::Array(kept));
+    /// Shrinks the config after removing the original layers `ids`: every
+    /// per-layer list (attention types, which layers are mixtures of
+    /// experts) keeps the entries of the layers that remain, in order.
+    fn remove_layers_from_config(&mut self, ids: &BTreeSet<usize>) {
+        // Earlier removals already dropped their entries: map each remaining
+        // entry back to its original layer.
+        let original = &self.model.config;
+        let remaining: Vec<usize> =
+            (0..original.num_hidden_layers).filter(|l| !self.removed_layers.contains(l)).collect();
+        let keep: Vec<bool> = remaining.iter().map(|l| !ids.contains(l)).collect();
+        retain_flagged(&mut self.config.layer_types, &keep);
+        if let Some(moe) = &mut self.config.moe {
+            retain_flagged(&mut moe.sparse_layers, &keep);
         }
+        self.config.num_hidden_layers = self.config.layer_types.len();
+        self.removed_layers.extend(ids.iter().copied());
     }
 }
 
 impl Surgery {
     /// Validates every operation against `model` and plans the edits.
     pub fn plan(&self, model: ModelView<'_>) -> Result<Plan> {
-        if !model.config.is_object() {
-            return Err(SurgeryError::Parse("the model config is not a JSON object".into()));
-        }
         let entries: Vec<Entry> = model
             .tensors
             .iter()
@@ -611,6 +605,7 @@ impl Surgery {
             config: model.config.clone(),
             donors: HashMap::new(),
             heads_removed_by: None,
+            removed_layers: BTreeSet::new(),
             channels_removed_by: None,
         };
         let mut operations = Vec::new();
@@ -640,6 +635,7 @@ impl Surgery {
             };
             outputs.push(OutputTensor { name, source: e.name, shape: e.shape, edits: e.edits });
         }
+        p.config.validate().map_err(SurgeryError::Config)?;
         Ok(Plan { outputs, config: p.config, operations, removed })
     }
 }
@@ -693,6 +689,12 @@ impl Plan {
     pub fn output_of(&self, source: &str) -> Option<&OutputTensor> {
         self.outputs.iter().find(|o| o.source == source)
     }
+}
+
+/// Keeps the entries of `list` whose flag in `keep` is true.
+fn retain_flagged<T>(list: &mut Vec<T>, keep: &[bool]) {
+    let mut flags = keep.iter();
+    list.retain(|_| flags.next().copied().unwrap_or(true));
 }
 
 /// `true` for the indices of `0..n` outside `ranges`.

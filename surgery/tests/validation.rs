@@ -3,15 +3,20 @@
 
 use std::path::Path;
 
+use mlxcel_arch::{Architecture, ModelConfig};
 use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
 use serde_json::json;
 
 /// A two-layer Llama with 4 heads (2 KV heads) of 8, hidden 32, MLP 64.
-fn model() -> (serde_json::Value, Vec<ModelTensor>) {
-    let config = json!({
-        "model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 100
-    });
+fn model() -> (ModelConfig, Vec<ModelTensor>) {
+    let config = ModelConfig::from_hf(
+        Architecture::Llama,
+        &json!({
+            "model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 100
+        }),
+    )
+    .unwrap();
     let mut tensors = vec![ModelTensor { name: "model.embed_tokens.weight".into(), shape: vec![100, 32] }];
     for l in 0..2 {
         for (t, s) in [
@@ -49,7 +54,7 @@ fn err(yaml: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     donor(dir.path());
     let (config, tensors) = model();
-    let view = ModelView { architecture: "llama", config: &config, tensors: &tensors };
+    let view = ModelView { config: &config, tensors: &tensors };
     match Surgery::parse(yaml, dir.path()) {
         Err(e) => e.to_string(),
         Ok(s) => s.plan(view).err().map(|e| e.to_string()).unwrap_or_else(|| panic!("accepted:\n{yaml}")),
@@ -182,7 +187,7 @@ fn a_valid_plan_renumbers_and_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     donor(dir.path());
     let (config, tensors) = model();
-    let view = ModelView { architecture: "llama", config: &config, tensors: &tensors };
+    let view = ModelView { config: &config, tensors: &tensors };
     let yaml = ops(
         "  - op: prune\n    granularity: layer\n    ids: [0]\n    mode: remove\n  - op: prune\n    granularity: attention_head\n    ids: [1, 3]\n    mode: remove\n  - op: prune\n    granularity: mlp_channel\n    ids: [0, 5, 63]\n    mode: remove\n  - op: add\n    targets: \"model.layers.*.mlp.down_proj.weight\"\n    source: donor.safetensors\n    key: \"other\"\n    alpha: 0\n",
     );
@@ -190,16 +195,98 @@ fn a_valid_plan_renumbers_and_shrinks() {
     assert!(Surgery::parse(&yaml, dir.path()).unwrap().plan(view).is_err());
     let yaml = yaml.replace("  - op: add\n    targets: \"model.layers.*.mlp.down_proj.weight\"\n    source: donor.safetensors\n    key: \"other\"\n    alpha: 0\n", "");
     let plan = Surgery::parse(&yaml, dir.path()).unwrap().plan(view).unwrap();
-    assert_eq!(plan.config["num_hidden_layers"], 1);
-    assert_eq!(
-        (plan.config["num_attention_heads"].as_u64(), plan.config["num_key_value_heads"].as_u64()),
-        (Some(2), Some(2))
-    );
-    assert_eq!(plan.config["intermediate_size"], 61);
+    assert_eq!(plan.config.num_hidden_layers, 1);
+    assert_eq!(plan.config.layer_types.len(), 1);
+    assert_eq!((plan.config.num_attention_heads, plan.config.num_key_value_heads), (2, 2));
+    assert_eq!(plan.config.head_dim, 8);
+    assert_eq!(plan.config.intermediate_size, 61);
     let q = plan.outputs.iter().find(|o| o.name == "model.layers.0.self_attn.q_proj.weight").unwrap();
     assert_eq!((q.source.as_str(), q.shape.clone()), ("model.layers.1.self_attn.q_proj.weight", vec![16, 32]));
     let down = plan.outputs.iter().find(|o| o.name == "model.layers.0.mlp.down_proj.weight").unwrap();
     assert_eq!(down.shape, vec![32, 61]);
     assert_eq!(plan.removed.len(), 9);
     assert!(!plan.outputs.iter().any(|o| o.name.starts_with("model.layers.1.")));
+}
+
+/// A three-layer Qwen3-MoE (layer 1 dense) with Gemma-like per-layer
+/// attention types written out, to check the per-layer lists.
+fn moe_model() -> (ModelConfig, Vec<ModelTensor>) {
+    let mut config = ModelConfig::from_hf(
+        Architecture::Qwen3Moe,
+        &json!({
+            "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 64, "vocab_size": 100, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16, "mlp_only_layers": [1]
+        }),
+    )
+    .unwrap();
+    // Distinguishable entries: only layer 1 slides.
+    config.layer_types[1] = mlxcel_arch::LayerType::SlidingAttention;
+    config.sliding_window = Some(8);
+    let mut tensors = vec![ModelTensor { name: "model.embed_tokens.weight".into(), shape: vec![100, 32] }];
+    for l in 0..3 {
+        let mut layer = vec![
+            ("input_layernorm.weight", vec![32]),
+            ("self_attn.q_proj.weight", vec![32, 32]),
+            ("self_attn.o_proj.weight", vec![32, 32]),
+        ];
+        if l == 1 {
+            layer.extend([
+                ("mlp.gate_proj.weight", vec![64, 32]),
+                ("mlp.up_proj.weight", vec![64, 32]),
+                ("mlp.down_proj.weight", vec![32, 64]),
+            ]);
+        } else {
+            layer.extend([
+                ("mlp.gate.weight", vec![4, 32]),
+                ("mlp.switch_mlp.gate_proj.weight", vec![4, 16, 32]),
+                ("mlp.switch_mlp.up_proj.weight", vec![4, 16, 32]),
+                ("mlp.switch_mlp.down_proj.weight", vec![4, 32, 16]),
+            ]);
+        }
+        tensors.extend(layer.into_iter().map(|(t, s)| ModelTensor { name: format!("model.layers.{l}.{t}"), shape: s }));
+    }
+    (config, tensors)
+}
+
+fn moe_plan(body: &str) -> mlxcel_surgery::Result<mlxcel_surgery::Plan> {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, tensors) = moe_model();
+    Surgery::parse(&ops(body), dir.path()).unwrap().plan(ModelView { config: &config, tensors: &tensors })
+}
+
+#[test]
+fn removing_layers_keeps_every_per_layer_list_in_step() {
+    use mlxcel_arch::LayerType::*;
+    // Two operations: ids always name original layers.
+    let plan = moe_plan(
+        "  - op: prune\n    granularity: layer\n    ids: [0]\n    mode: remove\n  - op: prune\n    granularity: layer\n    ids: [2]\n    mode: remove\n",
+    )
+    .unwrap();
+    assert_eq!(plan.config.num_hidden_layers, 1);
+    assert_eq!(plan.config.layer_types, vec![SlidingAttention]);
+    assert_eq!(plan.config.moe.as_ref().unwrap().sparse_layers, vec![false]);
+    assert!(plan.outputs.iter().any(|o| o.name == "model.layers.0.mlp.gate_proj.weight"));
+    let plan = moe_plan("  - op: prune\n    granularity: layer\n    ids: [1]\n    mode: remove\n").unwrap();
+    assert_eq!(plan.config.layer_types, vec![FullAttention, FullAttention]);
+    assert_eq!(plan.config.moe.as_ref().unwrap().sparse_layers, vec![true, true]);
+}
+
+#[test]
+fn mixture_of_experts_layers_refuse_channel_pruning_and_zero_every_expert() {
+    let e = moe_plan("  - op: prune\n    granularity: mlp_channel\n    ids: [0]\n    mode: zero\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "surgery operation #1 (prune, line 3): pruning mlp_channels is not supported for mixture-of-experts layers: layer 0 routes tokens to 4 experts with 16 channels each, not to one MLP of intermediate_size; zero the channels of dense layers only, naming them in `layers`"
+    );
+    // The dense layer's channels can be zeroed.
+    let plan = moe_plan("  - op: prune\n    granularity: mlp_channel\n    ids: [0]\n    layers: [1]\n    mode: zero\n")
+        .unwrap();
+    assert_eq!(plan.operations[0].matched.len(), 3);
+    // Zeroing a mixture-of-experts layer zeroes every expert's output.
+    let plan = moe_plan("  - op: prune\n    granularity: layer\n    ids: [2]\n    mode: zero\n").unwrap();
+    assert_eq!(
+        plan.operations[0].matched,
+        vec!["model.layers.2.self_attn.o_proj.weight", "model.layers.2.mlp.switch_mlp.down_proj.weight"]
+    );
 }

@@ -62,6 +62,23 @@ CONFIGS = {
         rms_norm_eps=1e-6,
     ),
     "phi3": dict(model_type="phi3", tie_word_embeddings=False, rope_theta=10000.0),
+    # Every layer slides over a window smaller than the prompt (Hugging Face's
+    # Mistral: `sliding_window` set and no `layer_types`).
+    "mistral": dict(model_type="mistral", tie_word_embeddings=True, rope_theta=10000.0, sliding_window=8),
+    # Layer 1 keeps a dense MLP (mlp_only_layers), layers 0 and 2 route each
+    # token to 2 of 8 experts.
+    "qwen3_moe": dict(
+        model_type="qwen3_moe",
+        tie_word_embeddings=False,
+        rope_theta=1000000.0,
+        head_dim=16,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[1],
+    ),
 }
 
 
@@ -87,7 +104,27 @@ def write_byte_tokenizer(path):
 def module_for(model_type):
     import importlib
 
-    return importlib.import_module(f"mlx_lm.models.{model_type}")
+    from mlx_lm.utils import MODEL_REMAPPING
+
+    return importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(model_type, model_type)}")
+
+
+def build_model(mod, config):
+    if config["model_type"] != "mistral":
+        return mod.Model(mod.ModelArgs.from_dict(config))
+    # mlx-lm runs Mistral as its llama.py, which honours per-layer types but
+    # cannot be built with no full-attention layer (`layer_types.index(
+    # "full_attention")`), while Hugging Face's Mistral slides every layer
+    # when `sliding_window` is set. Build it with one full layer, then make
+    # that layer slide too; the config written out stays Hugging Face's
+    # (no layer_types), which mlxcel must normalize to all-sliding.
+    n = config["num_hidden_layers"]
+    types = ["full_attention"] + ["sliding_attention"] * (n - 1)
+    model = mod.Model(mod.ModelArgs.from_dict(dict(config, layer_types=types)))
+    for layer in model.model.layers:
+        layer.use_sliding = True
+    model.model.swa_idx = 0
+    return model
 
 
 def main():
@@ -105,7 +142,7 @@ def main():
     mx.random.seed(a.seed)
     config = dict(BASE, **CONFIGS[a.arch])
     mod = module_for(config["model_type"])
-    model = mod.Model(mod.ModelArgs.from_dict(config))
+    model = build_model(mod, config)
     # Random weights big enough that logits are not a near-tie: scale every
     # parameter up from nn's small default init (norm gains stay near 1).
     params = dict(tree_flatten(model.parameters()))

@@ -7,6 +7,7 @@ pub mod tiny;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use mlxcel_arch::{Architecture, LayerType, ModelConfig};
 use mlxcel_mlx::{Array, Dtype, QuantMode};
 use mlxcel_runtime::weights::{QuantSpec, Weights};
 
@@ -61,7 +62,9 @@ pub const TINY_CHAT_TEMPLATE: &str = "{% for m in messages %}<{{ m['role'] }}>{{
 
 /// A tiny random model made by mlx-lm (tests/python/tiny_reference.py) in
 /// `dir`, written as a bundle `dir/model.mlxb` with a byte-level tokenizer,
-/// [`TINY_CHAT_TEMPLATE`] and end token 255. Returns the bundle's path.
+/// [`TINY_CHAT_TEMPLATE`] and end token 255, and the normalized config as the
+/// compiler writes it (`tie_word_embeddings` as the tensors have it). Returns
+/// the bundle's path.
 pub fn tiny_bundle(dir: &Path, arch: &str, bits: u32) -> PathBuf {
     use mlxcel_bundle::{BundleWriter, Dtype, ModelInfo, Quantization, TensorSpec};
     let src = dir.join("source");
@@ -73,22 +76,22 @@ pub fn tiny_bundle(dir: &Path, arch: &str, bits: u32) -> PathBuf {
     }
     run_reference_script("tiny_reference.py", &args);
     let config = read_json(&src.join("config.json"));
-    let architecture = match config["model_type"].as_str().expect("model_type") {
-        "gemma3_text" => "gemma3",
-        other => other,
-    };
+    let model_type = config["model_type"].as_str().expect("model_type");
+    let architecture = Architecture::from_hf(model_type).unwrap_or_else(|| panic!("unknown model_type {model_type}"));
+    let mut normalized = ModelConfig::from_hf(architecture, &config).expect("normalize config.json");
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("weights");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    normalized.tie_word_embeddings = st.tensor("lm_head.weight").is_err();
     let path = dir.join("model.mlxb");
     let model = ModelInfo {
-        architecture: architecture.to_string(),
+        architecture: architecture.name().to_string(),
         name: format!("tiny-{arch}"),
-        config_json: config.to_string(),
+        config_json: normalized.to_json(),
     };
     let mut w = BundleWriter::create(&path, model).expect("create bundle");
     w.add_tokenizer_json(std::fs::File::open(src.join("tokenizer.json")).expect("tokenizer.json")).expect("tokenizer");
     w.set_chat_template(TINY_CHAT_TEMPLATE);
     w.set_generation_defaults_json(r#"{"eos_token_id": 255, "bos_token_id": 1}"#);
-    let bytes = std::fs::read(src.join("model.safetensors")).expect("weights");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
     let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
     names.sort();
     for name in names {
@@ -101,7 +104,10 @@ pub fn tiny_bundle(dir: &Path, arch: &str, bits: u32) -> PathBuf {
         let shape: Vec<u64> = view.shape().iter().map(|&d| d as u64).collect();
         let mut spec = TensorSpec::new(name.clone(), dtype, shape);
         if let Some(prefix) = name.strip_suffix(".weight").filter(|p| st.tensor(&format!("{p}.scales")).is_ok()) {
+            // A layer quantized otherwise (mlx-lm's Qwen3-MoE router: 8 bits,
+            // group 64) has its own entry.
             let q = &config["quantization"];
+            let q = q.get(prefix).filter(|v| v.is_object()).unwrap_or(q);
             spec = spec.quantized(Quantization {
                 mode: "affine".into(),
                 bits: q["bits"].as_u64().expect("bits") as u32,
@@ -125,8 +131,61 @@ pub fn mlxcel_bin() -> PathBuf {
     p
 }
 
+/// The config mlx-lm reads for a normalized config: `model_type`, and what
+/// mlx-lm's model classes take instead of the normalized per-layer lists
+/// (Gemma 3's `sliding_window_pattern`, Qwen3-MoE's top-level expert keys
+/// with `decoder_sparse_step` and `mlp_only_layers`, `hidden_activation`).
+/// Panics where mlx-lm cannot express the config (Gemma 3 layer types that
+/// follow no pattern, e.g. after removing a layer; a Llama or Mistral whose
+/// layers all slide, which mlx-lm's llama.py cannot build).
+pub fn mlx_lm_config(normalized: &ModelConfig) -> serde_json::Value {
+    let mut config = serde_json::to_value(normalized).expect("a config serializes");
+    let c = config.as_object_mut().expect("an object");
+    for key in ["mlxcel_config_version", "architecture", "moe"] {
+        c.remove(key);
+    }
+    let arch = normalized.architecture;
+    c.insert("model_type".into(), arch.hf_model_type().into());
+    let types = &normalized.layer_types;
+    match arch {
+        Architecture::Gemma3 => {
+            let pattern = types.iter().position(|t| *t == LayerType::FullAttention).map_or(types.len() + 1, |i| i + 1);
+            let follows =
+                types.iter().enumerate().all(|(i, t)| (*t == LayerType::FullAttention) == ((i + 1) % pattern == 0));
+            assert!(follows, "mlx-lm's gemma3_text cannot express layer_types {types:?}");
+            c.insert("sliding_window_pattern".into(), pattern.into());
+            c.insert("hidden_activation".into(), c["hidden_act"].clone());
+            // transformers' Gemma3TextConfig (which mlx-lm's loader builds)
+            // checks that this one is an integer.
+            let scalar = normalized.query_pre_attn_scalar;
+            if scalar.fract() == 0.0 {
+                c.insert("query_pre_attn_scalar".into(), (scalar as u64).into());
+            }
+        }
+        Architecture::Llama | Architecture::Mistral => {
+            assert!(
+                types.contains(&LayerType::FullAttention),
+                "mlx-lm's llama.py needs at least one full-attention layer"
+            );
+        }
+        Architecture::Qwen3Moe => {
+            let moe = normalized.moe.as_ref().expect("a Qwen3-MoE config has moe");
+            c.insert("num_experts".into(), moe.num_experts.into());
+            c.insert("num_experts_per_tok".into(), moe.num_experts_per_tok.into());
+            c.insert("moe_intermediate_size".into(), moe.moe_intermediate_size.into());
+            c.insert("norm_topk_prob".into(), moe.norm_topk_prob.into());
+            c.insert("decoder_sparse_step".into(), 1.into());
+            let dense: Vec<usize> = (0..types.len()).filter(|&l| !moe.sparse_layers[l]).collect();
+            c.insert("mlp_only_layers".into(), dense.into());
+        }
+        Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Phi3 => {}
+    }
+    config
+}
+
 /// Writes the weights of `bundle` as an mlx-lm model directory in `out`
-/// (config.json with `quantization`, model.safetensors with every float
+/// (config.json with `quantization` — the bundle's normalized config as
+/// [`mlx_lm_config`] turns it back —, model.safetensors with every float
 /// tensor in float32 — the precision the CPU runtime computes in —,
 /// tokenizer.json and tokenizer_config.json with the chat template), so that
 /// mlx-lm runs exactly the weights the runtime runs.
@@ -134,7 +193,8 @@ pub fn export_mlx_lm_dir(bundle: &Path, out: &Path) {
     use mlxcel_bundle::{Bundle, Dtype};
     let b = Bundle::open(bundle).expect("open bundle");
     std::fs::create_dir_all(out).expect("create export dir");
-    let mut config: serde_json::Value = serde_json::from_str(b.config_json()).expect("config json");
+    let normalized = ModelConfig::from_bundle_json(b.architecture(), b.config_json()).expect("the bundle's config");
+    let mut config = mlx_lm_config(&normalized);
     let defaults: serde_json::Value =
         b.generation_defaults_json().map(|t| serde_json::from_str(t).expect("defaults json")).unwrap_or_default();
     let mut quant: Option<serde_json::Value> = None;

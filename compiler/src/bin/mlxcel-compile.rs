@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile, runtime_architecture};
+use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile};
 use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
 use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
@@ -153,17 +153,16 @@ fn dry_run(source: &SourceModel, surgery: &Surgery) -> Result<()> {
     let config = source.config();
     let tensors: Vec<ModelTensor> =
         source.tensors().iter().map(|t| ModelTensor { name: t.name.clone(), shape: t.shape.clone() }).collect();
-    let view =
-        ModelView { architecture: runtime_architecture(config.architecture), config: &config.json, tensors: &tensors };
-    let plan = surgery.plan(view)?;
+    let plan = surgery.plan(ModelView { config, tensors: &tensors })?;
     for (i, op) in plan.operations.iter().enumerate() {
         println!("#{} {} ({} tensors)", i + 1, op.description, op.matched.len());
         for name in &op.matched {
             println!("    {name}");
         }
     }
-    if let (Some(old), Some(new)) = (config.json.as_object(), plan.config.as_object()) {
-        for (k, v) in new {
+    let as_json = |c: &mlxcel_compiler::ingest::ModelConfig| serde_json::to_value(c).unwrap_or_default();
+    if let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (as_json(config), as_json(&plan.config)) {
+        for (k, v) in &new {
             if old.get(k) != Some(v) {
                 println!("config {k}: {} -> {v}", old.get(k).map_or("(unset)".to_string(), |o| o.to_string()));
             }

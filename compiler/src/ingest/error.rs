@@ -85,6 +85,16 @@ pub enum IngestError {
         /// What was wrong.
         message: String,
     },
+    /// The configuration has a value the runtime cannot honour, or lacks one
+    /// it needs: refused at compile time, naming the file, the key and the
+    /// value (for GGUF also the metadata key it came from).
+    #[error("{}: {source}", path.display())]
+    InvalidConfig {
+        /// The config file (or GGUF).
+        path: PathBuf,
+        /// The key and what is wrong with it.
+        source: mlxcel_arch::ConfigError,
+    },
     /// The tokenizer could not be read or converted.
     #[error("{}: tokenizer: {message}", path.display())]
     Tokenizer {
@@ -131,6 +141,10 @@ impl IngestError {
 
     pub(crate) fn config(path: &Path, message: impl Into<String>) -> Self {
         IngestError::Config { path: path.to_path_buf(), message: message.into() }
+    }
+
+    pub(crate) fn invalid_config(path: &Path, source: mlxcel_arch::ConfigError) -> Self {
+        IngestError::InvalidConfig { path: path.to_path_buf(), source }
     }
 
     pub(crate) fn tokenizer(path: &Path, message: impl Into<String>) -> Self {

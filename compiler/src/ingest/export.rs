@@ -53,7 +53,7 @@ pub fn write_hf_directory(model: &SourceModel, out: &Path, dtype: FloatDtype) ->
     }
     w.flush().map_err(io(&path))?;
 
-    let mut config = model.config().json.clone();
+    let mut config = model.source_config().clone();
     if let Some(c) = config.as_object_mut() {
         let torch = match dtype {
             FloatDtype::F32 => "float32",
@@ -61,6 +61,8 @@ pub fn write_hf_directory(model: &SourceModel, out: &Path, dtype: FloatDtype) ->
             FloatDtype::BF16 => "bfloat16",
         };
         c.insert("torch_dtype".into(), json!(torch));
+        // As the tensors have it (an lm_head present means untied).
+        c.insert("tie_word_embeddings".into(), json!(model.config().tie_word_embeddings));
     }
     let tok = model.tokenizer()?;
     let generation = model.generation()?;

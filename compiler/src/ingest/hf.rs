@@ -5,14 +5,15 @@
 //! and `weight`/`scales`/`biases` per quantized layer, taken as it is.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use safetensors::{Dtype as StDtype, SafeTensors};
 use serde_json::{Value, json};
 
-use super::arch::{ModelConfig, detect_hf};
+use mlxcel_arch::{Architecture, ModelConfig};
+
 use super::error::{IngestError, Result};
 use super::mmap::map_file;
 use super::tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
@@ -48,11 +49,86 @@ struct Quantized {
 pub(crate) struct SafetensorsSource {
     dir: PathBuf,
     pub(crate) config: ModelConfig,
+    /// `config.json` as the directory has it.
+    pub(crate) hf_config: Value,
     pub(crate) tensors: Vec<TensorInfo>,
     pub(crate) mlx_quantized: bool,
     shards: Vec<Shard>,
     plain: HashMap<String, Entry>,
     quantized: HashMap<String, Quantized>,
+    /// Stacked expert tensors: the per-expert entries, in expert order.
+    stacked: HashMap<String, Vec<Entry>>,
+}
+
+/// A mixture's expert stored on its own (Hugging Face's
+/// `model.layers.L.mlp.experts.E.P.weight`): `(L, E, P)`.
+fn expert_part(name: &str) -> Option<(usize, usize, &str)> {
+    let (layer, rest) = name.strip_prefix("model.layers.")?.split_once('.')?;
+    let (expert, proj) = rest.strip_prefix("mlp.experts.")?.split_once('.')?;
+    let proj = proj.strip_suffix(".weight").filter(|p| ["gate_proj", "up_proj", "down_proj"].contains(p))?;
+    Some((layer.parse().ok()?, expert.parse().ok()?, proj))
+}
+
+/// The stacked name mlx-lm gives the experts of a projection:
+/// `model.layers.L.mlp.switch_mlp.P.weight`, shaped `[experts, out, in]`.
+fn stacked_name(layer: usize, proj: &str) -> String {
+    format!("model.layers.{layer}.mlp.switch_mlp.{proj}.weight")
+}
+
+/// Groups per-expert tensors by the stacked tensor they make, each group's
+/// entries in expert order: every expert of `num_experts` present, float,
+/// of one dtype and one 2-D shape.
+fn stack_experts(
+    entries: &[(String, Entry)],
+    by_name: &HashMap<String, Entry>,
+    shards: &[Shard],
+    num_experts: usize,
+) -> Result<HashMap<String, Vec<Entry>>> {
+    // Sparse until checked: `num_experts` comes from an untrusted config.
+    let mut groups: BTreeMap<String, BTreeMap<usize, Entry>> = BTreeMap::new();
+    for (name, e) in entries {
+        let Some((layer, expert, proj)) = expert_part(name) else { continue };
+        let path = &shards[e.shard].path;
+        let err = |m: String| IngestError::tensor(path, name, e.start as u64, m);
+        if by_name.contains_key(&format!("{}.scales", name.trim_end_matches(".weight"))) {
+            return Err(err(
+                "experts quantized one tensor each are not supported (mlx-lm stacks them as mlp.switch_mlp)".into(),
+            ));
+        }
+        if expert >= num_experts {
+            return Err(err(format!("expert {expert} does not exist: num_experts is {num_experts}")));
+        }
+        groups.entry(stacked_name(layer, proj)).or_default().insert(expert, e.clone());
+    }
+    let mut stacked = HashMap::with_capacity(groups.len());
+    for (stack, parts) in groups {
+        let first = parts.values().next().expect("a group has the entry that made it").clone();
+        if parts.len() != num_experts {
+            // Every index is below num_experts, so one below len + 1 is missing.
+            let missing = (0..num_experts).find(|e| !parts.contains_key(e)).unwrap_or(0);
+            return Err(IngestError::tensor(
+                &shards[first.shard].path,
+                &stack.replace("switch_mlp.", &format!("experts.{missing}.")),
+                first.start as u64,
+                format!("missing: {stack} stacks all {num_experts} experts (num_experts)"),
+            ));
+        }
+        for (expert, part) in &parts {
+            if part.dtype != first.dtype || part.shape != first.shape || part.shape.len() != 2 {
+                return Err(IngestError::tensor(
+                    &shards[part.shard].path,
+                    &stack.replace("switch_mlp.", &format!("experts.{expert}.")),
+                    part.start as u64,
+                    format!(
+                        "{:?} {:?} does not stack with expert 0's {:?} {:?} (every expert is one 2-D tensor of one dtype)",
+                        part.dtype, part.shape, first.dtype, first.shape
+                    ),
+                ));
+            }
+        }
+        stacked.insert(stack, parts.into_values().collect());
+    }
+    Ok(stacked)
 }
 
 fn read_json(path: &Path) -> Result<Value> {
@@ -169,6 +245,32 @@ fn diagnose_header(path: &Path, bytes: &[u8], crate_error: &str) -> IngestError 
     generic()
 }
 
+/// Finds the architecture of a Hugging Face `config.json` (by
+/// `architectures[0]`, then `model_type`), refusing an unsupported one with
+/// the supported list.
+fn detect_hf(path: &Path, config: &Value) -> Result<Architecture> {
+    let classes: Vec<&str> = config
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let model_type = config.get("model_type").and_then(Value::as_str);
+    if let Some(a) = classes.iter().copied().chain(model_type).find_map(Architecture::from_hf) {
+        return Ok(a);
+    }
+    let found = match (classes.first(), model_type) {
+        (Some(c), Some(t)) => format!("{c} (model_type {t})"),
+        (Some(c), None) => c.to_string(),
+        (None, Some(t)) => format!("model_type {t}"),
+        (None, None) => "none (config.json has neither `architectures` nor `model_type`)".to_string(),
+    };
+    Err(IngestError::UnsupportedArchitecture {
+        path: path.to_path_buf(),
+        found,
+        supported: Architecture::supported_list(),
+    })
+}
+
 /// The MLX quantization of one layer: `(bits, group_size)` or not quantized.
 fn layer_quant(path: &Path, q: &Value, layer: &str) -> Result<Option<(u32, usize)>> {
     let read = |v: &Value, what: &str| -> Result<(u32, usize)> {
@@ -200,11 +302,13 @@ impl SafetensorsSource {
             return Err(IngestError::missing(&config_path, "config.json (the model's configuration)"));
         }
         let json = read_json(&config_path)?;
-        // The architecture is checked before any weight file is opened.
+        // The architecture and every value the runtime relies on are checked
+        // before any weight file is opened.
         let architecture = detect_hf(&config_path, &json)?;
+        let config =
+            ModelConfig::from_hf(architecture, &json).map_err(|e| IngestError::invalid_config(&config_path, e))?;
         let quant = json.get("quantization").or_else(|| json.get("quantization_config")).cloned();
         let mlx_quantized = quant.is_some();
-        let config = ModelConfig { architecture, json };
 
         let index_path = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if index_path.is_file() {
@@ -267,11 +371,42 @@ impl SafetensorsSource {
             }
         }
 
+        // A mixture's experts stored one tensor each are presented stacked,
+        // where the first of them stands in the file.
+        let stacked = match &config.moe {
+            Some(moe) => stack_experts(&entries, &by_name, &shards, moe.num_experts)?,
+            None => HashMap::new(),
+        };
+        let mut emitted = BTreeSet::new();
         let mut tensors = Vec::new();
         let mut plain = HashMap::new();
         let mut quantized = HashMap::new();
         for (name, e) in &entries {
             let path = &shards[e.shard].path;
+            if let Some((layer, _, proj)) = expert_part(name).filter(|_| !stacked.is_empty()) {
+                let stack = stacked_name(layer, proj);
+                if !emitted.insert(stack.clone()) {
+                    continue;
+                }
+                let parts = &stacked[&stack];
+                let dtype = float_dtype(e.dtype).ok_or_else(|| IngestError::UnknownDtype {
+                    path: path.clone(),
+                    tensor: name.clone(),
+                    dtype: format!("{:?} (float tensors must be F32, F16 or BF16)", e.dtype),
+                })?;
+                let mut shape = vec![parts.len()];
+                shape.extend_from_slice(&e.shape);
+                tensors.push(TensorInfo {
+                    name: stack,
+                    source_name: format!("model.layers.{layer}.mlp.experts.*.{proj}.weight"),
+                    file: path.clone(),
+                    shape,
+                    storage: Storage::Float(dtype),
+                    offset: e.start as u64,
+                    nbytes: parts.iter().map(|p| (p.end - p.start) as u64).sum(),
+                });
+                continue;
+            }
             if name.ends_with(".scales") || name.ends_with(".biases") {
                 let base = name.rsplit_once('.').map(|(b, _)| b).unwrap_or(name);
                 if !by_name.contains_key(&format!("{base}.weight")) {
@@ -355,7 +490,17 @@ impl SafetensorsSource {
                 plain.insert(name.clone(), e.clone());
             }
         }
-        Ok(SafetensorsSource { dir: dir.to_path_buf(), config, tensors, mlx_quantized, shards, plain, quantized })
+        Ok(SafetensorsSource {
+            dir: dir.to_path_buf(),
+            config,
+            hf_config: json,
+            tensors,
+            mlx_quantized,
+            shards,
+            plain,
+            quantized,
+            stacked,
+        })
     }
 
     pub(crate) fn source_files(&self) -> Vec<PathBuf> {
@@ -394,7 +539,28 @@ impl SafetensorsSource {
         Ok(FloatTensor { dtype, shape: e.shape.clone(), data: Cow::Borrowed(self.bytes(name, e)?) })
     }
 
+    /// The experts of a stacked tensor, each borrowed from the map.
+    fn expert_parts(&self, info: &TensorInfo, parts: &[Entry]) -> Result<Vec<FloatTensor<'_>>> {
+        parts.iter().map(|p| self.float(&info.name, p)).collect()
+    }
+
+    /// The tensor in parts where it is stored in parts (experts one by one),
+    /// else whole.
+    pub(crate) fn float_chunks(&self, info: &TensorInfo) -> Result<super::FloatChunks<'_>> {
+        match self.stacked.get(&info.name) {
+            Some(parts) => Ok(super::FloatChunks::parts(self.expert_parts(info, parts)?)),
+            None => Ok(super::FloatChunks::whole(self.load_float(info)?)),
+        }
+    }
+
     pub(crate) fn load(&self, info: &TensorInfo) -> Result<TensorData<'_>> {
+        if let Some(parts) = self.stacked.get(&info.name) {
+            // The stacked layout is the experts one after another.
+            let parts = self.expert_parts(info, parts)?;
+            let data: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+            let dtype = parts.first().map_or(FloatDtype::F32, |p| p.dtype);
+            return Ok(TensorData::Float(FloatTensor { dtype, shape: info.shape.clone(), data: Cow::Owned(data) }));
+        }
         if let Some(q) = self.quantized.get(&info.name) {
             let Storage::MlxAffine { bits, group_size, .. } = info.storage else {
                 return Err(IngestError::tensor(&info.file, &info.name, info.offset, "storage mismatch"));
@@ -458,7 +624,7 @@ impl SafetensorsSource {
     pub(crate) fn generation(&self) -> Result<GenerationDefaults> {
         let gen_config = read_json_opt(&self.dir.join("generation_config.json"))?.unwrap_or_else(|| json!({}));
         let tc = read_json_opt(&self.dir.join("tokenizer_config.json"))?.unwrap_or_else(|| json!({}));
-        let cfg = &self.config.json;
+        let cfg = &self.hf_config;
         let pick =
             |key: &str| gen_config.get(key).filter(|v| !v.is_null()).or_else(|| cfg.get(key).filter(|v| !v.is_null()));
         let id = |v: Option<&Value>| v.and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok());

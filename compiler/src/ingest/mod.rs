@@ -17,7 +17,7 @@
 //! ```no_run
 //! use mlxcel_compiler::ingest::{SourceModel, TensorData};
 //! let model = SourceModel::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! println!("{} {}", model.config().architecture, model.config().json);
+//! println!("{} {}", model.config().architecture, model.config().to_json());
 //! for info in model.tensors() {
 //!     match model.load(info)? {
 //!         TensorData::Affine(q) => println!("{} {:?} {}-bit", info.name, q.shape, q.bits),
@@ -27,19 +27,19 @@
 //! # Ok::<(), mlxcel_compiler::ingest::IngestError>(())
 //! ```
 
-pub mod arch;
 pub mod error;
 pub mod export;
 pub mod gguf;
 mod hf;
 mod mmap;
+pub mod shapes;
 pub mod tensor;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-pub use arch::{Architecture, ModelConfig};
 pub use error::{IngestError, Result};
+pub use mlxcel_arch::{Architecture, ModelConfig};
 pub use tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
 
 use gguf::GgufSource;
@@ -53,6 +53,9 @@ pub struct FloatChunks<'a> {
 enum ChunkSource<'a> {
     /// One block, not yet taken.
     Whole(Option<FloatTensor<'a>>),
+    /// Consecutive parts of one tensor, in order (a mixture's experts stored
+    /// one tensor each, borrowed from the map).
+    Parts(std::vec::IntoIter<FloatTensor<'a>>),
     /// GGUF blocks, dequantized `rows_per_chunk` rows at a time.
     Blocks {
         raw: std::borrow::Cow<'a, [u8]>,
@@ -61,7 +64,7 @@ enum ChunkSource<'a> {
         rows: usize,
         rows_per_chunk: usize,
         next_row: usize,
-        /// The shape of one row (all dimensions but the first).
+        /// The shape of one row (the last dimension).
         row_shape: Vec<usize>,
         /// For errors.
         path: PathBuf,
@@ -75,6 +78,10 @@ impl<'a> FloatChunks<'a> {
         FloatChunks { inner: ChunkSource::Whole(Some(t)) }
     }
 
+    pub(crate) fn parts(parts: Vec<FloatTensor<'a>>) -> FloatChunks<'a> {
+        FloatChunks { inner: ChunkSource::Parts(parts.into_iter()) }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn blocks(
         raw: std::borrow::Cow<'a, [u8]>,
@@ -85,8 +92,11 @@ impl<'a> FloatChunks<'a> {
         name: &str,
         offset: u64,
     ) -> FloatChunks<'a> {
-        let rows = shape.first().copied().unwrap_or(1).max(1);
-        let row_shape = shape.get(1..).map(<[usize]>::to_vec).unwrap_or_default();
+        // Rows run along the last axis: a stack [experts, out, in] is
+        // experts × out rows of `in`, blocked like one tall matrix.
+        let (leading, last) = shape.split_at(shape.len().saturating_sub(1));
+        let rows = leading.iter().product::<usize>().max(1);
+        let row_shape = last.to_vec();
         let row_elems: usize = row_shape.iter().product::<usize>().max(1);
         let rows_per_chunk = (max_chunk_bytes / (4 * row_elems)).clamp(1, rows);
         FloatChunks {
@@ -112,6 +122,7 @@ impl<'a> Iterator for FloatChunks<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match &mut self.inner {
             ChunkSource::Whole(t) => t.take().map(Ok),
+            ChunkSource::Parts(parts) => parts.next().map(Ok),
             ChunkSource::Blocks {
                 raw,
                 ty,
@@ -244,35 +255,47 @@ impl SourceModel {
                 "not a model: expected a GGUF file or a directory with config.json and safetensors",
             ));
         };
-        let model = SourceModel { path: path.to_path_buf(), format, inner };
+        let mut model = SourceModel { path: path.to_path_buf(), format, inner };
+        model.reconcile_tied_embeddings()?;
         model.check_shapes()?;
         Ok(model)
     }
 
+    /// Makes `tie_word_embeddings` say what the tensors say: a model with an
+    /// `lm_head.weight` has its own output projection whatever its config
+    /// claims; one without must tie it to the embedding table, and a config
+    /// that says otherwise is refused (the runtime would have no output
+    /// projection to load).
+    fn reconcile_tied_embeddings(&mut self) -> Result<()> {
+        let has_head = self.tensor("lm_head.weight").is_some();
+        let config_path = self.config_path();
+        let config = match &mut self.inner {
+            Inner::Gguf(g) => &mut g.config,
+            Inner::Safetensors(s) => &mut s.config,
+        };
+        if has_head {
+            config.tie_word_embeddings = false;
+        } else if !config.tie_word_embeddings {
+            return Err(IngestError::invalid_config(
+                &config_path,
+                mlxcel_arch::ConfigError::Invalid {
+                    key: "tie_word_embeddings".into(),
+                    message: "is false, but the model has no lm_head.weight (no output projection of its own)".into(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     fn check_shapes(&self) -> Result<()> {
         let config = self.config();
-        let layers = config.num_hidden_layers();
         for t in self.tensors() {
-            if let (Some(l), Some(n)) = (ModelConfig::layer_of(&t.name), layers)
-                && l >= n
-            {
-                return Err(IngestError::ShapeMismatch {
-                    path: t.file.clone(),
-                    tensor: t.name.clone(),
-                    found: t.shape.clone(),
-                    expected: format!("layer {l} does not exist: num_hidden_layers is {n}"),
-                });
-            }
-            if let Some((expected, keys)) = config.expected_shape(&t.name)
-                && expected != t.shape
-            {
-                return Err(IngestError::ShapeMismatch {
-                    path: t.file.clone(),
-                    tensor: t.name.clone(),
-                    found: t.shape.clone(),
-                    expected: format!("{expected:?} = {keys}"),
-                });
-            }
+            shapes::check_tensor(config, &t.name, &t.shape).map_err(|expected| IngestError::ShapeMismatch {
+                path: t.file.clone(),
+                tensor: t.name.clone(),
+                found: t.shape.clone(),
+                expected,
+            })?;
         }
         Ok(())
     }
@@ -287,11 +310,30 @@ impl SourceModel {
         self.format
     }
 
-    /// The normalized configuration.
+    /// The normalized configuration: every default applied, every value
+    /// checked, `tie_word_embeddings` as the tensors have it.
     pub fn config(&self) -> &ModelConfig {
         match &self.inner {
             Inner::Gguf(g) => &g.config,
             Inner::Safetensors(s) => &s.config,
+        }
+    }
+
+    /// The configuration as a Hugging Face `config.json` spells it: the
+    /// directory's own, or for GGUF the one its metadata describes
+    /// (`architectures`, `model_type`, token ids, ...).
+    pub fn source_config(&self) -> &serde_json::Value {
+        match &self.inner {
+            Inner::Gguf(g) => &g.hf_config,
+            Inner::Safetensors(s) => &s.hf_config,
+        }
+    }
+
+    /// The file the configuration comes from (`config.json`, or the GGUF).
+    pub fn config_path(&self) -> PathBuf {
+        match &self.inner {
+            Inner::Gguf(_) => self.path.clone(),
+            Inner::Safetensors(_) => self.path.join("config.json"),
         }
     }
 
@@ -329,14 +371,16 @@ impl SourceModel {
         }
     }
 
-    /// A tensor as floats in blocks of whole rows of about `max_chunk_bytes`
-    /// of f32 each, so that the compiler never holds a large dequantized
-    /// tensor at once. GGUF block types are dequantized one row block at a
-    /// time; other sources (already floats in a memory map) come as one block.
+    /// A tensor as floats in blocks of whole rows (along the last axis) of
+    /// about `max_chunk_bytes` of f32 each, so that the compiler never holds
+    /// a large dequantized tensor at once. GGUF block types are dequantized
+    /// one row block at a time; experts stored one tensor each come expert
+    /// by expert, borrowed from the map; other sources (already floats in a
+    /// memory map) come as one block.
     pub fn float_chunks(&self, info: &TensorInfo, max_chunk_bytes: usize) -> Result<FloatChunks<'_>> {
         match &self.inner {
             Inner::Gguf(g) => g.float_chunks(info, max_chunk_bytes),
-            Inner::Safetensors(s) => Ok(FloatChunks::whole(s.load_float(info)?)),
+            Inner::Safetensors(s) => s.float_chunks(info),
         }
     }
 

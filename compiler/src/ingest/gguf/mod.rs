@@ -13,15 +13,17 @@ use serde_json::{Value, json};
 use self::quant::{GgmlType, dequantize, dequantize_to_bytes, permute_rows, transcode_affine};
 use self::reader::{GgufFile, GgufTensorInfo, GgufValue};
 use self::tokenizer::GgufTokenizerInfo;
-use super::arch::{Architecture, ModelConfig};
 use super::error::{IngestError, Result};
 use super::tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
 use super::{GenerationDefaults, TokenizerAssets};
+use mlxcel_arch::{Architecture, ModelConfig};
 
 /// An opened GGUF model.
 pub(crate) struct GgufSource {
     pub(crate) file: GgufFile,
     pub(crate) config: ModelConfig,
+    /// The metadata spelled as a Hugging Face `config.json`.
+    pub(crate) hf_config: Value,
     pub(crate) tensors: Vec<TensorInfo>,
     tok: GgufTokenizerInfo,
 }
@@ -48,7 +50,7 @@ impl GgufSource {
         })?;
         let arch = arch.ok_or_else(|| IngestError::config(path, "the metadata has no general.architecture"))?;
         let tok = tokenizer::tokenizer_info(&file)?;
-        let config = ModelConfig { architecture: arch, json: config::build_config(&file, arch, &tok)? };
+        let (hf_config, config) = config::build_config(&file, arch, &tok)?;
         let mut tensors = Vec::with_capacity(file.tensors.len());
         for t in &file.tensors {
             let name = config::hf_name(arch, &t.name).ok_or_else(|| {
@@ -64,7 +66,7 @@ impl GgufSource {
                 nbytes: t.nbytes,
             });
         }
-        Ok(GgufSource { file, config, tensors, tok })
+        Ok(GgufSource { file, config, hf_config, tensors, tok })
     }
 
     pub(crate) fn tokenizer(&self) -> Result<TokenizerAssets> {
@@ -113,12 +115,12 @@ impl GgufSource {
     fn raw(&self, info: &TensorInfo, g: &GgufTensorInfo) -> Result<Cow<'_, [u8]>> {
         let data = self.file.data(g)?;
         let cfg = &self.config;
-        let n_head = if !cfg.architecture.gguf_permutes_qk() {
+        let n_head = if !cfg.architecture.quirks().gguf_permutes_qk {
             None
         } else if info.name.ends_with("self_attn.q_proj.weight") || info.name.ends_with("self_attn.q_proj.bias") {
-            cfg.num_attention_heads()
+            Some(cfg.num_attention_heads)
         } else if info.name.ends_with("self_attn.k_proj.weight") || info.name.ends_with("self_attn.k_proj.bias") {
-            cfg.num_key_value_heads()
+            Some(cfg.num_key_value_heads)
         } else {
             None
         };
@@ -144,7 +146,7 @@ impl GgufSource {
     }
 
     fn norm_offset(&self, info: &TensorInfo) -> bool {
-        self.config.architecture.norm_offset() && info.name.ends_with("norm.weight")
+        self.config.architecture.quirks().norm_offset && info.name.ends_with("norm.weight")
     }
 
     pub(crate) fn load_float(&self, info: &TensorInfo) -> Result<FloatTensor<'_>> {
@@ -200,7 +202,10 @@ impl GgufSource {
 
     pub(crate) fn load(&self, info: &TensorInfo) -> Result<TensorData<'_>> {
         let g = self.gguf_info(info)?;
-        if g.ggml_type.affine_bits().is_none() || self.norm_offset(info) || info.shape.len() != 2 {
+        // Matrices and stacks of them (a mixture's experts, [experts, out,
+        // in]): ggml blocks run along the last axis, as MLX's groups do, so
+        // the stack transcodes as one tall matrix.
+        if g.ggml_type.affine_bits().is_none() || self.norm_offset(info) || info.shape.len() < 2 {
             return self.load_float(info).map(TensorData::Float);
         }
         let raw = self.raw(info, g)?;

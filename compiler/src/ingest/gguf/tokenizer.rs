@@ -15,6 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use mlxcel_arch::Architecture;
 use serde_json::{Value, json};
 
 use super::reader::{GgufFile, GgufValue};
@@ -238,7 +239,7 @@ pub fn build_tokenizer_json(file: &GgufFile, info: &GgufTokenizerInfo) -> Result
     }
     let json = match model {
         "gpt2" => byte_level(file, info, &types)?,
-        "llama" => sentencepiece(file, info, &types, matches!(arch, "gemma" | "gemma2" | "gemma3"))?,
+        "llama" => sentencepiece(file, info, &types, Architecture::from_gguf(arch) == Some(Architecture::Gemma3))?,
         other => {
             return Err(IngestError::tokenizer(
                 path,

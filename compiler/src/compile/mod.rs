@@ -1,0 +1,166 @@
+//! The compile pipeline: walk a [`SourceModel`] tensor by tensor, decide each
+//! tensor's stored form (kept, transcoded, converted or quantized), and stream
+//! it into a bundle together with the tokenizer, chat template, generation
+//! defaults, the normalized config and provenance.
+//!
+//! [`compile`] runs named phases in order (`phases.rs`): ingest, surgery,
+//! plan, tokenizer, chat template, tensors, provenance, write. Options and
+//! the per-tensor plan live in `options.rs`, the tensor writers in
+//! `write.rs`.
+
+mod options;
+mod phases;
+mod write;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mlxcel_bundle::WrittenBundle;
+use mlxcel_surgery::Surgery;
+
+pub use options::{CompileOptions, QuantizeTarget, TensorPlan, plan};
+
+use crate::ingest::{Architecture, SourceModel};
+use phases::Compilation;
+
+/// Errors of the compile pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// Reading the source model failed.
+    #[error(transparent)]
+    Ingest(#[from] crate::ingest::IngestError),
+    /// Writing the bundle failed.
+    #[error("writing the bundle: {0}")]
+    Bundle(#[from] mlxcel_bundle::BundleError),
+    /// An MLX operation (quantization) failed on a tensor.
+    #[error("tensor {tensor}: {source}")]
+    Mlx {
+        /// The tensor being processed.
+        tensor: String,
+        /// MLX's error.
+        source: mlxcel_mlx::Error,
+    },
+    /// The options cannot be applied to this model.
+    #[error("{0}")]
+    Options(String),
+    /// The surgery is invalid for this model, or failed.
+    #[error(transparent)]
+    Surgery(#[from] mlxcel_surgery::SurgeryError),
+    /// Reading a source file for its digest failed.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The compile pipeline's result type.
+pub type Result<T> = std::result::Result<T, CompileError>;
+
+/// What happened to one tensor.
+#[derive(Clone, Debug)]
+pub struct TensorReport {
+    /// Canonical name.
+    pub name: String,
+    /// How it was stored.
+    pub plan: TensorPlan,
+    /// How it was stored in the source (`F32`, `Q4_1`, `affine q4 g64`, ...).
+    pub source: String,
+    /// Bytes written (weight, scales and biases together).
+    pub bytes: u64,
+    /// Relative RMS error of the stored values against the source values
+    /// (with `report`, for quantized tensors; 0 for lossless ones).
+    pub rel_rms_error: Option<f64>,
+}
+
+/// The outcome of [`compile`].
+#[derive(Debug)]
+pub struct CompileReport {
+    /// The bundle written.
+    pub written: WrittenBundle,
+    /// What became of the tokenizer.
+    pub tokenizer: TokenizerReport,
+    /// One entry per source tensor, in source order.
+    pub tensors: Vec<TensorReport>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// Whether the bundle carries a compiled tokenizer beside `tokenizer.json`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenizerReport {
+    /// Compiled and checked against the `tokenizers` library.
+    Compiled {
+        /// Bytes of the section.
+        bytes: usize,
+    },
+    /// Only `tokenizer.json`: the runtime parses it with `tokenizers` at load.
+    JsonOnly {
+        /// Why it was not compiled.
+        reason: String,
+    },
+}
+
+impl fmt::Display for TokenizerReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenizerReport::Compiled { bytes } => {
+                write!(f, "compiled ({:.1} MB, token-exact with tokenizer.json)", *bytes as f64 / 1e6)
+            }
+            TokenizerReport::JsonOnly { reason } => write!(f, "tokenizer.json only ({reason})"),
+        }
+    }
+}
+
+/// Progress of a compile, one call per tensor.
+pub struct Progress<'a> {
+    /// The tensor about to be processed.
+    pub tensor: &'a str,
+    /// Its source bytes.
+    pub source_bytes: u64,
+}
+
+/// The chat template a model family uses, for sources that ship none (the
+/// Gemma 3 GGUFs carry no `tokenizer.chat_template`): Google's template for
+/// Gemma 3, as published with the Hugging Face checkpoints.
+pub fn builtin_chat_template(a: Architecture) -> Option<&'static str> {
+    match a {
+        Architecture::Gemma3 => Some(include_str!("../../templates/gemma3.jinja")),
+        _ => None,
+    }
+}
+
+/// Compiles `source` into a bundle at `output`, applying `surgery` when given,
+/// calling `progress` before each tensor.
+///
+/// Every check (options, surgery, per-tensor plans) runs before the output
+/// file is created; the tokenizer compiles (and is checked against
+/// `tokenizers`, about a second for a 262k vocabulary) on a second thread
+/// while the tensors stream.
+pub fn compile(
+    source: &SourceModel,
+    output: &Path,
+    options: &CompileOptions,
+    surgery: Option<&Surgery>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<CompileReport> {
+    let start = Instant::now();
+    let c = Compilation::ingest(source, options, surgery)?;
+    let surgery_plan = c.surgery()?;
+    let jobs = c.plan(surgery_plan.as_ref())?;
+    let tokenizer = c.read_tokenizer()?;
+    std::thread::scope(|scope| {
+        let compiled_tokenizer =
+            scope.spawn(|| mlxcel_tokenizer::verify::compile_checked(tokenizer.assets.tokenizer_json.as_bytes()));
+        let mut w = c.create(output, surgery_plan.as_ref())?;
+        c.tokenizer(&mut w, &tokenizer)?;
+        c.chat_template(&mut w, &tokenizer);
+        let tensors = c.tensors(&mut w, &jobs, surgery_plan.as_ref(), progress)?;
+        c.provenance(&mut w, &tensors, surgery_plan.as_ref())?;
+        let (written, tokenizer) = c.write(w, compiled_tokenizer.join())?;
+        Ok(CompileReport { written, tokenizer, tensors, elapsed: start.elapsed() })
+    })
+}

@@ -1,0 +1,337 @@
+//! The phases of [`super::compile`], one method each, in the order it runs
+//! them: ingest, surgery, plan, tokenizer, chat template, tensors,
+//! provenance, write. Everything that can be refused is checked by the
+//! first three, before the output file exists.
+
+use std::borrow::Cow;
+use std::io::Read;
+use std::path::Path;
+
+use mlxcel_bundle::{
+    BundleWriter, ModelInfo, Provenance, SectionSpec, SourceFile, SurgeryOperation, SurgeryRecord, WrittenBundle, kinds,
+};
+use mlxcel_mlx::{Array, Dtype};
+use mlxcel_surgery::{ModelTensor, ModelView, OutputTensor, Plan, Surgery};
+use serde_json::{Value, json};
+
+use super::options::{CompileOptions, TensorPlan, edited_plan, plan};
+use super::write::{CHUNK_BYTES, write_affine_tensor, write_floats};
+use super::{CompileError, Progress, Result, TensorReport, TokenizerReport, builtin_chat_template};
+use crate::ingest::{
+    FloatDtype, FloatTensor, GenerationDefaults, SourceModel, Storage, TensorData, TensorInfo, TokenizerAssets,
+};
+
+/// One output tensor: its name, its source and stored form, and the surgery
+/// edits it gets.
+pub(super) struct Job<'a> {
+    name: String,
+    info: &'a TensorInfo,
+    plan: TensorPlan,
+    edits: Option<&'a OutputTensor>,
+}
+
+/// The source's tokenizer and generation defaults.
+pub(super) struct SourceTokenizer {
+    /// `tokenizer.json`, the chat template and `tokenizer_config`.
+    pub(super) assets: TokenizerAssets,
+    generation: GenerationDefaults,
+}
+
+/// One compile: the source, the options and the surgery, walked phase by
+/// phase.
+pub(super) struct Compilation<'a> {
+    source: &'a SourceModel,
+    options: &'a CompileOptions,
+    surgery: Option<&'a Surgery>,
+}
+
+impl<'a> Compilation<'a> {
+    /// Ingest: the source is open (its config normalized and checked, its
+    /// tensors listed and shape-checked by [`SourceModel::open`]); the
+    /// options are checked against what they can express.
+    pub(super) fn ingest(
+        source: &'a SourceModel,
+        options: &'a CompileOptions,
+        surgery: Option<&'a Surgery>,
+    ) -> Result<Compilation<'a>> {
+        options.validate()?;
+        Ok(Compilation { source, options, surgery })
+    }
+
+    /// Surgery: the operations validated against the model, before any
+    /// weight is read.
+    pub(super) fn surgery(&self) -> Result<Option<Plan>> {
+        let Some(s) = self.surgery else { return Ok(None) };
+        let tensors: Vec<ModelTensor> = self
+            .source
+            .tensors()
+            .iter()
+            .map(|t| ModelTensor { name: t.name.clone(), shape: t.shape.clone() })
+            .collect();
+        Ok(Some(s.plan(ModelView { config: self.source.config(), tensors: &tensors })?))
+    }
+
+    /// Plan: every output tensor's stored form, checked before the first
+    /// byte is written.
+    pub(super) fn plan<'p>(&self, surgery: Option<&'p Plan>) -> Result<Vec<Job<'p>>>
+    where
+        'a: 'p,
+    {
+        let (source, options) = (self.source, self.options);
+        let jobs: Vec<Job<'p>> = match surgery {
+            Some(sp) => sp
+                .outputs
+                .iter()
+                .map(|out| {
+                    let info = source.tensor(&out.source).expect("the plan's sources are the model's tensors");
+                    Job { name: out.name.clone(), info, plan: plan(info, options), edits: Some(out) }
+                })
+                .collect(),
+            None => source
+                .tensors()
+                .iter()
+                .map(|info| Job { name: info.name.clone(), info, plan: plan(info, options), edits: None })
+                .collect(),
+        };
+        for job in &jobs {
+            if let TensorPlan::Quantize { group_size, .. } = job.plan {
+                let cols = job.info.shape.last().copied().unwrap_or(0);
+                if cols % group_size as usize != 0 {
+                    return Err(CompileError::Options(format!(
+                        "tensor {}: its {cols} columns are not a multiple of the group size {group_size} (try --group-size 32)",
+                        job.info.name
+                    )));
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// Tokenizer, first half: the source's tokenizer and generation defaults
+    /// (for GGUF this builds `tokenizer.json`), read before the output exists.
+    pub(super) fn read_tokenizer(&self) -> Result<SourceTokenizer> {
+        Ok(SourceTokenizer { assets: self.source.tokenizer()?, generation: self.source.generation()? })
+    }
+
+    /// Creates the bundle with the model's name, architecture and normalized
+    /// config after surgery (what the runtime builds the model from).
+    pub(super) fn create(&self, output: &Path, surgery: Option<&Plan>) -> Result<BundleWriter> {
+        let config = surgery.map_or(self.source.config(), |p| &p.config);
+        let model = ModelInfo {
+            architecture: config.architecture.name().to_string(),
+            name: self.options.name.clone().unwrap_or_else(|| default_name(self.source.path())),
+            config_json: config.to_json(),
+        };
+        Ok(BundleWriter::create(output, model)?)
+    }
+
+    /// Tokenizer, second half: the `tokenizer.json` section and the
+    /// generation defaults (with the end and start token ids).
+    pub(super) fn tokenizer(&self, w: &mut BundleWriter, tokenizer: &SourceTokenizer) -> Result<()> {
+        w.add_tokenizer_json(tokenizer.assets.tokenizer_json.as_bytes())?;
+        let generation = &tokenizer.generation;
+        let mut defaults = match &generation.generation_config {
+            Value::Object(m) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        defaults.insert("eos_token_id".into(), json!(generation.eos_token_ids));
+        if let Some(bos) = generation.bos_token_id {
+            defaults.insert("bos_token_id".into(), json!(bos));
+        }
+        w.set_generation_defaults_json(Value::Object(defaults).to_string());
+        Ok(())
+    }
+
+    /// Chat template: the one given, else the source's, else the family's
+    /// built-in one; where it came from is recorded.
+    pub(super) fn chat_template(&self, w: &mut BundleWriter, tokenizer: &SourceTokenizer) {
+        let (template, origin) = match (&self.options.chat_template, &tokenizer.assets.chat_template) {
+            (Some(t), _) => (Some(t.clone()), "given"),
+            (None, Some(t)) => (Some(t.clone()), "source"),
+            (None, None) => match builtin_chat_template(self.source.config().architecture) {
+                Some(t) => (Some(t.to_string()), "built-in"),
+                None => (None, "none"),
+            },
+        };
+        if let Some(t) = template {
+            w.set_chat_template(t);
+        }
+        w.add_metadata("chat_template.origin", origin);
+    }
+
+    /// Tensors: each job streamed into the bundle as its plan says.
+    pub(super) fn tensors(
+        &self,
+        w: &mut BundleWriter,
+        jobs: &[Job<'_>],
+        surgery: Option<&Plan>,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Vec<TensorReport>> {
+        let mut reports = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            progress(Progress { tensor: &job.name, source_bytes: job.info.nbytes });
+            reports.push(self.tensor(w, job, surgery)?);
+        }
+        Ok(reports)
+    }
+
+    /// One job of [`Compilation::tensors`].
+    fn tensor(&self, w: &mut BundleWriter, job: &Job<'_>, surgery: Option<&Plan>) -> Result<TensorReport> {
+        let (source, report) = (self.source, self.options.report);
+        let info = job.info;
+        let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), source: e };
+        // A tensor a surgery edits is computed whole, on MLX; an edit that
+        // leaves it unchanged (scale by 1, add zeros) keeps its stored form.
+        let edited = match (job.edits, surgery) {
+            (Some(out), Some(plan)) if !out.edits.is_empty() => {
+                let original = float_array(source, info).map_err(mlx)?;
+                let values = plan.apply(out, &original).map_err(CompileError::Surgery)?;
+                let changed = values.shape() != original.shape()
+                    || values.to_bytes().map_err(mlx)? != original.to_bytes().map_err(mlx)?;
+                changed.then_some(values)
+            }
+            _ => None,
+        };
+        let mut p = job.plan.clone();
+        let (bytes, error) = match edited {
+            Some(values) => {
+                let shape: Vec<usize> = values.shape().iter().map(|&d| d as usize).collect();
+                p = edited_plan(&p, info, &shape);
+                let t = FloatTensor {
+                    dtype: FloatDtype::F32,
+                    shape: shape.clone(),
+                    data: Cow::Owned(values.to_bytes().map_err(mlx)?),
+                };
+                write_floats(w, &job.name, &shape, &p, std::iter::once(Ok(t)), report, &mlx)?
+            }
+            None => match &p {
+                TensorPlan::KeepAffine => match source.load(info)? {
+                    TensorData::Affine(a) => {
+                        let prefix = job.name.strip_suffix(".weight").unwrap_or(&job.name);
+                        (write_affine_tensor(w, prefix, &a)?, report.then_some(0.0))
+                    }
+                    TensorData::Float(_) => {
+                        return Err(CompileError::Options(format!(
+                            "tensor {} did not load as affine blocks",
+                            info.name
+                        )));
+                    }
+                },
+                // Row block by row block: a dequantized tensor is never whole in memory.
+                _ => {
+                    let chunks = source.float_chunks(info, CHUNK_BYTES)?.map(|c| c.map_err(CompileError::from));
+                    write_floats(w, &job.name, &info.shape, &p, chunks, report, &mlx)?
+                }
+            },
+        };
+        Ok(TensorReport {
+            name: job.name.clone(),
+            plan: p,
+            source: source_description(info),
+            bytes,
+            rel_rms_error: error,
+        })
+    }
+
+    /// Provenance: the compiler and MLX versions, every source file's digest,
+    /// the options, the recipe (tensors per stored form) and the surgery.
+    pub(super) fn provenance(
+        &self,
+        w: &mut BundleWriter,
+        reports: &[TensorReport],
+        surgery: Option<&Plan>,
+    ) -> Result<()> {
+        let mut source_files = Vec::new();
+        for path in self.source.source_files() {
+            let (size, digest) = file_digest(&path)?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            source_files.push(SourceFile { name, size, digest });
+        }
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for r in reports {
+            *counts.entry(r.plan.to_string()).or_default() += 1;
+        }
+        w.set_provenance(Provenance {
+            compiler_version: format!("mlxcel-compile {}", env!("CARGO_PKG_VERSION")),
+            mlx_version: mlxcel_mlx::mlx_version(),
+            source_files,
+            compile_options_json: self.options.to_json().to_string(),
+            quantization_recipe_json: Some(json!({ "tensors_by_form": counts }).to_string()),
+            surgery: match (self.surgery, surgery) {
+                (Some(s), Some(p)) => Some(SurgeryRecord {
+                    yaml: s.yaml.clone(),
+                    blake3: *blake3::hash(s.yaml.as_bytes()).as_bytes(),
+                    operations: p
+                        .operations
+                        .iter()
+                        .map(|o| SurgeryOperation {
+                            description: o.description.clone(),
+                            matched_tensors: Some(o.matched.clone()),
+                        })
+                        .collect(),
+                }),
+                _ => None,
+            },
+            ..Provenance::default()
+        });
+        Ok(())
+    }
+
+    /// Write: the compiled tokenizer's section (when the second thread made
+    /// one that is token-exact), then the manifest and header.
+    pub(super) fn write(
+        &self,
+        mut w: BundleWriter,
+        compiled_tokenizer: std::thread::Result<std::result::Result<Vec<u8>, impl std::fmt::Display>>,
+    ) -> Result<(WrittenBundle, TokenizerReport)> {
+        let report = match compiled_tokenizer {
+            Ok(Ok(section)) => {
+                w.add_section_bytes(SectionSpec::new(kinds::TOKENIZER, kinds::TOKENIZER_COMPILED_KEY), &section)?;
+                TokenizerReport::Compiled { bytes: section.len() }
+            }
+            Ok(Err(e)) => TokenizerReport::JsonOnly { reason: e.to_string() },
+            Err(_) => TokenizerReport::JsonOnly { reason: "the tokenizer compiler panicked".into() },
+        };
+        Ok((w.finish()?, report))
+    }
+}
+
+/// The default model name: the source file's stem or directory name.
+fn default_name(path: &Path) -> String {
+    let p = if path.is_dir() { path.file_name() } else { path.file_stem() };
+    p.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// blake3 of a file, streamed.
+fn file_digest(path: &Path) -> Result<(u64, String)> {
+    let io = |source| CompileError::Io { path: path.to_path_buf(), source };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    Ok((size, format!("blake3:{}", hasher.finalize().to_hex())))
+}
+
+/// How a tensor is stored in its source, for the report.
+fn source_description(info: &TensorInfo) -> String {
+    match &info.storage {
+        Storage::Float(d) => d.name().to_string(),
+        Storage::Gguf(t) => t.to_string(),
+        Storage::MlxAffine { bits, group_size, .. } => format!("affine q{bits} g{group_size}"),
+    }
+}
+
+/// A source tensor's values as one f32 MLX array (for surgery).
+fn float_array(source: &SourceModel, info: &TensorInfo) -> std::result::Result<Array, mlxcel_mlx::Error> {
+    let t = source.load_float(info).map_err(|e| mlxcel_mlx::Error::Invalid { op: "load", message: e.to_string() })?;
+    let a = t.to_array()?;
+    if a.dtype() == Dtype::F32 { Ok(a) } else { a.astype(Dtype::F32) }
+}
