@@ -103,6 +103,8 @@ invariance! {
     gemma3_q4: "gemma3", 4;
     qwen3_q8: "qwen3", 8;
     phi3_f32: "phi3", 0;
+    mistral_q4: "mistral", 4;
+    qwen3_moe_q4: "qwen3_moe", 4;
 }
 
 /// Nine or more sequences: more rows than the product kernels' matvec

@@ -77,6 +77,10 @@ parity! {
     gemma3_f32: "gemma3", 0;
     gemma3_q4: "gemma3", 4;
     phi3_f32: "phi3", 0;
+    mistral_f32: "mistral", 0;
+    mistral_q4: "mistral", 4;
+    qwen3_moe_f32: "qwen3_moe", 0;
+    qwen3_moe_q4: "qwen3_moe", 4;
 }
 
 /// Weights loaded from a bundle borrow its map (where MLX allows it), hold
