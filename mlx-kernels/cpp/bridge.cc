@@ -14,7 +14,7 @@
 #include "mlx/memory.h"
 #include "mlx/version.h"
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
-#include "mlxcel-mlx/cpp/kernels/primitives.h"
+#include "mlxcel-mlx/cpp/nodes/ops.h"
 #include "mlxcel-mlx/src/ffi.rs.h"
 
 namespace mx = mlx::core;
@@ -454,6 +454,8 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
                                    std::string(mode)));
 }
 
+namespace {
+
 fast::Path to_path(uint8_t p) {
   switch (p) {
     case 0: return fast::Path::Auto;
@@ -463,15 +465,33 @@ fast::Path to_path(uint8_t p) {
   }
 }
 
+kern::Activation to_activation(uint8_t kind) {
+  switch (kind) {
+    case 0: return kern::Activation::Silu;
+    case 1: return kern::Activation::GeluTanh;
+    default: throw std::invalid_argument("unknown activation " + std::to_string(kind));
+  }
+}
+
+fast::MaskMode to_mask_mode(rust::Str mode) {
+  const std::string m(mode);
+  if (m.empty()) return fast::MaskMode::None;
+  if (m == "causal") return fast::MaskMode::Causal;
+  if (m == "array") return fast::MaskMode::Array;
+  throw std::invalid_argument("unknown mask mode '" + m + "'");
+}
+
+}  // namespace
+
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
                                int32_t group_size, int32_t bits, uint8_t path) {
-  return wrap(fast::quantized_linear(x.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+  return wrap(fast::quantized_linear(x.inner, {w.inner, scales.inner, opt(biases)}, group_size, bits, to_path(path)));
 }
 
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
                                int32_t group_size, int32_t bits, float scale, uint8_t path) {
-  return wrap(
-      fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, scale, to_path(path)));
+  return wrap(fast::quantized_gather(ids.inner, {w.inner, scales.inner, opt(biases)}, group_size, bits, scale,
+                                     to_path(path)));
 }
 
 namespace {
@@ -495,7 +515,8 @@ ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayLi
                                      int32_t bits, uint8_t path) {
   auto ws = weight_triples(weights);
   if (ws.size() != 2) throw std::invalid_argument("a gated linear takes a gate and an up projection");
-  return wrap(fast::quantized_gated_linear(kind, x.inner, ws[0], ws[1], group_size, bits, to_path(path)));
+  return wrap(
+      fast::quantized_gated_linear(to_activation(kind), x.inner, ws[0], ws[1], group_size, bits, to_path(path)));
 }
 
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path) {
@@ -508,12 +529,12 @@ ArrayPtr fast_add(const Array& a, const Array& b, uint8_t path) {
 
 ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset,
                    std::unique_ptr<Array> freqs, uint8_t path) {
-  return wrap(fast::rope(x.inner, dims, traditional, base, scale, offset, opt(freqs), to_path(path)));
+  return wrap(fast::rope(x.inner, {dims, traditional, base, scale, opt(freqs)}, offset, to_path(path)));
 }
 
 ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode,
                    std::unique_ptr<Array> mask, uint8_t path) {
-  return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, std::string(mask_mode), opt(mask), to_path(path)));
+  return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, to_mask_mode(mask_mode), opt(mask), to_path(path)));
 }
 
 std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, std::unique_ptr<Array> freqs,
@@ -530,7 +551,7 @@ std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, std::u
 ArrayPtr fast_merge_heads(const Array& x, uint8_t path) { return wrap(fast::merge_heads(x.inner, to_path(path))); }
 
 ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path) {
-  return wrap(fast::gated_activation(kind, a.inner, b.inner, to_path(path)));
+  return wrap(fast::gated_activation(to_activation(kind), a.inner, b.inner, to_path(path)));
 }
 
 int32_t kernels_threads() { return kern::pool_threads(); }

@@ -106,7 +106,7 @@ std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t 
 ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, rust::Str mode, uint8_t dtype);
 ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, rust::Str mode);
 
-// mlxcel's kernels (cpp/kernels/primitives.h): path 0 picks ours when it can,
+// mlxcel's kernels (cpp/nodes/ops.h): path 0 picks ours when it can,
 // 1 insists on ours, 2 always takes MLX's op.
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, float scale, uint8_t path);

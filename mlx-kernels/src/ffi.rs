@@ -171,7 +171,7 @@ pub(crate) mod bridge {
             mode: &str,
         ) -> Result<UniquePtr<Array>>;
 
-        // mlxcel's kernels (cpp/kernels/primitives.h); `path`: 0 auto, 1 ours, 2 MLX's.
+        // mlxcel's kernels (cpp/nodes/ops.h); `path`: 0 auto, 1 ours, 2 MLX's.
         #[allow(clippy::too_many_arguments)]
         fn fast_quantized_linear(
             x: &Array,

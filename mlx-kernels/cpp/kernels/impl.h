@@ -890,7 +890,7 @@ inline V gelu_tanh(V x) {
   return S::mul(S::mul(x, S::set1(0.5f)), S::add(tanh_v(inner), S::set1(1.0f)));
 }
 
-inline V gate_act(int kind, V x) { return kind == 0 ? S::mul(x, sigmoid(x)) : gelu_tanh(x); }
+inline V gate_act(Activation kind, V x) { return kind == Activation::Silu ? S::mul(x, sigmoid(x)) : gelu_tanh(x); }
 
 void gate(const GateArgs& g) {
   const int cols = g.cols;
@@ -930,11 +930,11 @@ inline void apply_mask(const AttnArgs& a, int b, int h, int i, int j0, int n, fl
     const int last = i + (a.Lk - a.Lq);
     for (int j = imax(0, last + 1 - j0); j < n; ++j) s[j] = kLowest;
   }
-  if (a.mask_kind == 1) {
+  if (a.mask_kind == MaskKind::Bool) {
     const uint8_t* m = static_cast<const uint8_t*>(a.mask) + b * a.ms[0] + h * a.ms[1] + i * a.ms[2];
     for (int j = 0; j < n; ++j)
       if (!m[(j0 + j) * a.ms[3]]) s[j] = kLowest;
-  } else if (a.mask_kind == 2) {
+  } else if (a.mask_kind == MaskKind::Additive) {
     const float* m = static_cast<const float*>(a.mask) + b * a.ms[0] + h * a.ms[1] + i * a.ms[2];
     for (int j = 0; j < n; ++j) s[j] += m[(j0 + j) * a.ms[3]];
   }
@@ -1153,7 +1153,7 @@ void attention_blocked(const AttnArgs& a) {
           S::store(Sb + r * KB + W, s[r][1]);
         }
         const int nk = imin(KB, a.Lk - jb);
-        const bool need_mask = a.mask_kind != 0 || (a.causal && jb + KB - 1 > ib + offset);
+        const bool need_mask = a.mask_kind != MaskKind::None || (a.causal && jb + KB - 1 > ib + offset);
         for (int r = 0; r < nr; ++r) {
           float* sr = Sb + r * KB;
           if (need_mask) apply_mask(a, b, h, ib + r, jb, nk, sr);

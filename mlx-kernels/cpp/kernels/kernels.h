@@ -1,5 +1,5 @@
 // mlxcel's CPU kernels: the plain-pointer interface between the MLX
-// primitives (primitives.cc) and the per-ISA implementations (isa_*.cc).
+// graph nodes (../nodes/) and the per-ISA implementations (isa_*.cc). MLX-free.
 //
 // Every kernel reads f32 activations and accumulates in f32. Each ISA file
 // compiles the same generic code (impl.h) against its own SIMD layer under a
@@ -14,9 +14,24 @@
 
 namespace mlxcel::kern {
 
+/// The instruction sets the kernels are built for (src/ffi.rs declares the
+/// same enum; cxx checks at compile time that the two agree).
 enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4 };
 /// The highest `Isa` code (callers passing codes across the bridge check it).
 constexpr Isa kLastIsa = Isa::Neon;
+
+/// The activation of a gated MLP, `act(a) * b` (src/ffi.rs declares it too).
+enum class Activation : int {
+  Silu = 0,      // silu(a) = a * sigmoid(a) (SwiGLU)
+  GeluTanh = 1,  // the tanh approximation of GELU (GeGLU)
+};
+
+/// How attention masks its scores besides causality.
+enum class MaskKind : int {
+  None = 0,
+  Bool = 1,      // uint8, nonzero attends
+  Additive = 2,  // f32 added to the scores
+};
 
 /// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
 /// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
@@ -113,7 +128,7 @@ struct AttnArgs {
   int B, H, KVH, Lq, Lk, D, Dv;
   float scale;
   bool causal;
-  int mask_kind;  // 0 none, 1 boolean (uint8, nonzero = attend), 2 additive f32
+  MaskKind mask_kind;
   const void* mask;
   int64_t ms[4];  // element strides of the mask broadcast to [B, H, Lq, Lk]
 };
@@ -126,7 +141,7 @@ struct GateArgs {
   int64_t ldb;
   float* out;
   int rows, cols;
-  int kind;  // 0 silu, 1 gelu (tanh approximation)
+  Activation kind;
 };
 
 /// Dequantizes the rows `ids` of an affine-quantized `W [N, K]` into `out [n_ids, K]`.
@@ -211,7 +226,7 @@ enum ScratchSlot : int {
   kScratchAttn = 2,
   kScratchScales = 3,
   kScratchShared = 4,
-  kScratchStep = 5,  // rotated keys and queries of a cached attention step (primitives.cc)
+  kScratchStep = 5,  // rotated keys and queries of a cached attention step (nodes/attention.cc)
 };
 
 }  // namespace mlxcel::kern

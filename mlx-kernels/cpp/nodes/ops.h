@@ -1,8 +1,9 @@
-// mlxcel's kernels as MLX operations. Each function builds one graph node
-// running our primitive when the default stream is the CPU and the inputs are
-// supported, and MLX's own operation otherwise (`Path::Auto`); `Path::Kernel`
-// insists on ours (an unsupported input is an exception naming why) and
-// `Path::Mlx` always takes MLX's (for comparisons and benchmarks).
+// mlxcel's kernels as MLX operations (what the bridge calls). Each function
+// builds one graph node running our kernel when the default stream is the
+// CPU and the inputs are covered, and MLX's own operation otherwise
+// (`Path::Auto`); `Path::Kernel` insists on ours (an uncovered input is an
+// exception naming why) and `Path::Mlx` always takes MLX's. Nodes met while
+// building are fused by the rules of fusion.h.
 #pragma once
 
 #include <cstdint>
@@ -11,16 +12,18 @@
 #include <vector>
 
 #include "mlx/array.h"
+#include "mlxcel-mlx/cpp/kernels/kernels.h"
 
 namespace mlxcel::fast {
 
 namespace mx = mlx::core;
 
+/// Whose implementation an operation uses.
 enum class Path : uint8_t { Auto = 0, Kernel = 1, Mlx = 2 };
 
-/// `x @ Wᵀ` for affine-quantized W (MLX layout).
-mx::array quantized_linear(const mx::array& x, const mx::array& w, const mx::array& scales,
-                           const std::optional<mx::array>& biases, int group_size, int bits, Path path);
+/// The mask of `sdpa`: none, causal, or an array (bool: true attends;
+/// float: added to the scores).
+enum class MaskMode : uint8_t { None = 0, Causal = 1, Array = 2 };
 
 /// One affine-quantized weight: packed codes, scales and biases.
 struct QuantizedWeight {
@@ -29,36 +32,30 @@ struct QuantizedWeight {
   std::optional<mx::array> biases;
 };
 
+/// `x @ Wᵀ` for affine-quantized W (MLX layout).
+mx::array quantized_linear(const mx::array& x, const QuantizedWeight& w, int group_size, int bits, Path path);
+
 /// `x @ W_iᵀ` for each weight in one node (one pass over x, one dispatch).
 /// heads[i] > 0 returns output i split into heads, `[B, heads, L, N_i/heads]`
 /// for x `[B, L, K]`; 0 returns it as `[.., N_i]`.
 std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vector<QuantizedWeight>& ws,
                                               const std::vector<int>& heads, int group_size, int bits, Path path);
 
-/// `act(x @ Gᵀ) * (x @ Uᵀ)` in one node (kind 0 silu, 1 gelu_tanh).
-mx::array quantized_gated_linear(int kind, const mx::array& x, const QuantizedWeight& gate, const QuantizedWeight& up,
-                                 int group_size, int bits, Path path);
+/// `act(x @ Gᵀ) * (x @ Uᵀ)` in one node.
+mx::array quantized_gated_linear(kern::Activation act, const mx::array& x, const QuantizedWeight& gate,
+                                 const QuantizedWeight& up, int group_size, int bits, Path path);
 
 /// Rows `ids` of affine-quantized W, dequantized and multiplied by `scale`:
 /// `[..ids, K]`.
-mx::array quantized_gather(const mx::array& ids, const mx::array& w, const mx::array& scales,
-                           const std::optional<mx::array>& biases, int group_size, int bits, float scale,
+mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int group_size, int bits, float scale,
                            Path path);
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path);
 
-/// `a + b`; when one side is a not yet computed plain quantized product or
-/// RMS norm of ours and the other has its shape (a residual connection), one
-/// product or norm node that adds it. MLX's `add` otherwise (and always on
+/// `a + b`; a residual added to a pending product or norm of ours is folded
+/// into it (fusion.h `fold_residual`). MLX's `add` otherwise (and always on
 /// Path::Mlx).
 mx::array add(const mx::array& a, const mx::array& b, Path path);
-
-mx::array rope(const mx::array& x, int dims, bool traditional, float base, float scale, int offset,
-               const std::optional<mx::array>& freqs, Path path);
-
-/// mask_mode: "" (none), "causal" or "array" (bool: true attends; float: added).
-mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, const std::string& mask_mode,
-               const std::optional<mx::array>& mask, Path path);
 
 /// A rotary embedding's parameters, as `rope` takes them.
 struct RopeSpec {
@@ -68,6 +65,11 @@ struct RopeSpec {
   float scale;
   std::optional<mx::array> freqs;
 };
+
+mx::array rope(const mx::array& x, const RopeSpec& rope, int offset, Path path);
+
+mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, MaskMode mask_mode,
+               const std::optional<mx::array>& mask, Path path);
 
 /// Where one attention step's keys and values go in a layer's cache buffers
 /// (`[B, KVH, capacity, D]` and `[.., Dv]`) and which positions its queries see.
@@ -94,8 +96,8 @@ std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, 
 /// attention node not yet computed, MLX's transpose and reshape otherwise.
 mx::array merge_heads(const mx::array& x, Path path);
 
-/// kind 0: silu(a) * b; kind 1: gelu_tanh(a) * b.
-mx::array gated_activation(int kind, const mx::array& a, const mx::array& b, Path path);
+/// `act(a) * b`, elementwise.
+mx::array gated_activation(kern::Activation act, const mx::array& a, const mx::array& b, Path path);
 
 /// Names of the operations that evaluating `outputs` would run, one per node
 /// not yet computed (what a step costs in MLX dispatches).
@@ -103,7 +105,7 @@ std::vector<std::string> pending_ops(const std::vector<mx::array>& outputs);
 
 /// Evaluates `outputs` on the calling thread, node after node in dependency
 /// order with no MLX stream task, when every node still to compute is one of
-/// mlxcel's CPU kernels (and none is traced); returns false, having done
+/// mlxcel's CPU nodes (and none is traced); returns false, having done
 /// nothing, otherwise (the caller then uses MLX's eval).
 bool eval_inline(const std::vector<mx::array>& outputs);
 
