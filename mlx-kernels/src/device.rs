@@ -15,10 +15,10 @@ pub enum Device {
 }
 
 impl Device {
-    fn code(self) -> u8 {
+    fn ffi(self) -> bridge::DeviceKind {
         match self {
-            Device::Cpu => 0,
-            Device::Gpu => 1,
+            Device::Cpu => bridge::DeviceKind::Cpu,
+            Device::Gpu => bridge::DeviceKind::Gpu,
         }
     }
 
@@ -41,7 +41,7 @@ impl Device {
     /// What MLX reports about the device (name and architecture), or
     /// `"unavailable"`.
     pub fn description(self) -> String {
-        bridge::device_name(self.code()).unwrap_or_else(|e| format!("unknown ({})", e.what()))
+        bridge::device_name(self.ffi()).unwrap_or_else(|e| format!("unknown ({})", e.what()))
     }
 }
 
@@ -56,7 +56,7 @@ pub const DEVICE_ENV: &str = "MLXCEL_DEVICE";
 
 /// The device MLX computes on by default in this process.
 pub fn default_device() -> Device {
-    if bridge::default_device() == 1 { Device::Gpu } else { Device::Cpu }
+    if bridge::default_device() == bridge::DeviceKind::Gpu { Device::Gpu } else { Device::Cpu }
 }
 
 /// Makes `device` the default for new operations, process-wide.
@@ -67,7 +67,7 @@ pub fn set_default_device(device: Device) -> Result<()> {
             crate::mlx_version()
         )));
     }
-    bridge::set_default_device(device.code()).map_err(|e| Error::Device(e.what().to_string()))
+    bridge::set_default_device(device.ffi()).map_err(|e| Error::Device(e.what().to_string()))
 }
 
 /// The device a process should use: `MLXCEL_DEVICE` (`cpu`, `gpu` or `auto`)

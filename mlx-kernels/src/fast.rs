@@ -58,11 +58,11 @@ pub enum Path {
 }
 
 impl Path {
-    fn code(self) -> u8 {
+    fn ffi(self) -> bridge::Path {
         match self {
-            Path::Auto => 0,
-            Path::Kernel => 1,
-            Path::Mlx => 2,
+            Path::Auto => bridge::Path::Auto,
+            Path::Kernel => bridge::Path::Kernel,
+            Path::Mlx => bridge::Path::Mlx,
         }
     }
 }
@@ -70,22 +70,21 @@ impl Path {
 /// The environment variable that turns the kernels off (`mlx`) or on (`auto`, the default).
 pub const KERNELS_ENV: &str = "MLXCEL_KERNELS";
 
-// 0 unset, then Path::code() + 1.
+// 0 unset, then 1 + the index of the path in PATHS.
 static DEFAULT_PATH: AtomicU8 = AtomicU8::new(0);
+const PATHS: [Path; 3] = [Path::Auto, Path::Kernel, Path::Mlx];
 
 /// The path the free functions of this module take: [`set_default_path`]'s,
 /// else `MLXCEL_KERNELS=mlx` → [`Path::Mlx`], else [`Path::Auto`].
 pub fn default_path() -> Path {
-    match DEFAULT_PATH.load(Ordering::Relaxed) {
-        1 => Path::Auto,
-        2 => Path::Kernel,
-        3 => Path::Mlx,
-        _ => {
+    match usize::from(DEFAULT_PATH.load(Ordering::Relaxed)).checked_sub(1).and_then(|i| PATHS.get(i)) {
+        Some(&p) => p,
+        None => {
             let p = match std::env::var(KERNELS_ENV).as_deref().map(str::trim) {
                 Ok("mlx") | Ok("off") | Ok("0") => Path::Mlx,
                 _ => Path::Auto,
             };
-            DEFAULT_PATH.store(p.code() + 1, Ordering::Relaxed);
+            set_default_path(p);
             p
         }
     }
@@ -93,7 +92,8 @@ pub fn default_path() -> Path {
 
 /// Sets the path of the free functions, process-wide, for graphs built from now on.
 pub fn set_default_path(path: Path) {
-    DEFAULT_PATH.store(path.code() + 1, Ordering::Relaxed);
+    let index = PATHS.iter().position(|&p| p == path).unwrap_or(0);
+    DEFAULT_PATH.store(index as u8 + 1, Ordering::Relaxed);
 }
 
 /// The operations of this module with an explicit [`Path`] (tests and
@@ -115,6 +115,15 @@ pub enum GateActivation {
     Silu,
     /// `gelu_tanh(a) * b` (GeGLU; the tanh approximation of GELU).
     GeluApprox,
+}
+
+impl GateActivation {
+    fn ffi(self) -> bridge::Activation {
+        match self {
+            GateActivation::Silu => bridge::Activation::Silu,
+            GateActivation::GeluApprox => bridge::Activation::GeluTanh,
+        }
+    }
 }
 
 fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
@@ -212,7 +221,7 @@ impl Fast {
                 opt(w.biases.as_ref()),
                 w.group_size,
                 w.bits,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
@@ -288,7 +297,7 @@ impl Fast {
                 &heads,
                 first.group_size,
                 first.bits,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
@@ -316,10 +325,6 @@ impl Fast {
             let u = self.quantized_linear(x, up)?;
             return self.gated_activation(act, &g, &u);
         }
-        let kind = match act {
-            GateActivation::Silu => 0,
-            GateActivation::GeluApprox => 1,
-        };
         let list = [
             &gate.weight,
             &gate.scales,
@@ -331,12 +336,12 @@ impl Fast {
         wrap(
             "quantized_gated_linear",
             bridge::fast_quantized_gated_linear(
-                kind,
+                act.ffi(),
                 &x.inner,
                 &to_list(&list),
                 gate.group_size,
                 gate.bits,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
@@ -377,14 +382,14 @@ impl Fast {
                 w.group_size,
                 w.bits,
                 scale,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
 
     /// RMS normalisation over the last axis: `x / sqrt(mean(x²) + eps) * weight`.
     pub fn rms_norm(&self, x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
-        wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.code()))
+        wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.ffi()))
     }
 
     /// `a + b` (broadcasting as MLX's `add`). A residual connection onto one
@@ -392,7 +397,7 @@ impl Fast {
     /// (`h + o_proj(..)`, Gemma's `h + post_norm(..)`) becomes one node that
     /// adds as it writes; the result is bit-identical.
     pub fn add(&self, a: &Array, b: &Array) -> Result<Array> {
-        wrap("add", bridge::fast_add(&a.inner, &b.inner, self.path.code()))
+        wrap("add", bridge::fast_add(&a.inner, &b.inner, self.path.ffi()))
     }
 
     /// Rotary position embedding of the first `dims` features of the last
@@ -410,7 +415,8 @@ impl Fast {
         offset: i32,
         freqs: Option<&Array>,
     ) -> Result<Array> {
-        wrap("rope", bridge::fast_rope(&x.inner, dims, traditional, base, scale, offset, opt(freqs), self.path.code()))
+        let params = bridge::RopeParams { dims, traditional, base, scale };
+        wrap("rope", bridge::fast_rope(&x.inner, &params, opt(freqs), offset, self.path.ffi()))
     }
 
     /// `softmax(q kᵀ * scale + mask) v` with `q: [batch, heads, queries, dim]`
@@ -426,7 +432,7 @@ impl Fast {
         let (mode, arr) = mask.mode_and_array();
         wrap(
             "scaled_dot_product_attention",
-            bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.code()),
+            bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.ffi()),
         )
     }
 
@@ -504,17 +510,14 @@ impl Fast {
             "cached_attention",
             bridge::fast_cached_attention(
                 &arrays,
+                &rope.ffi(),
                 opt(rope.freqs),
-                rope.dims,
-                rope.traditional,
-                rope.base,
-                rope.scale,
                 int("offset", row.offset)?,
                 int("slot", cache.slot)?,
                 int("visible", cache.visible)?,
                 cache.causal,
                 scale,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )?
         .into_iter();
@@ -528,16 +531,16 @@ impl Fast {
     /// projection. Free when `x` is mlxcel's attention node not yet computed
     /// (it then writes that layout itself); MLX's transpose and reshape otherwise.
     pub fn merge_heads(&self, x: &Array) -> Result<Array> {
-        wrap("merge_heads", bridge::fast_merge_heads(&x.inner, self.path.code()))
+        wrap("merge_heads", bridge::fast_merge_heads(&x.inner, self.path.ffi()))
     }
 
     /// `act(a) * b`, elementwise (the gate of a gated MLP).
     pub fn gated_activation(&self, act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
-        let (kind, name) = match act {
-            GateActivation::Silu => (0, "silu_mul"),
-            GateActivation::GeluApprox => (1, "gelu_approx_mul"),
+        let name = match act {
+            GateActivation::Silu => "silu_mul",
+            GateActivation::GeluApprox => "gelu_approx_mul",
         };
-        wrap(name, bridge::fast_gated_activation(kind, &a.inner, &b.inner, self.path.code()))
+        wrap(name, bridge::fast_gated_activation(act.ffi(), &a.inner, &b.inner, self.path.ffi()))
     }
 }
 
@@ -554,6 +557,12 @@ pub struct RopeSpec<'a> {
     pub scale: f32,
     /// Explicit wavelengths, `dims / 2` of them.
     pub freqs: Option<&'a Array>,
+}
+
+impl RopeSpec<'_> {
+    fn ffi(&self) -> bridge::RopeParams {
+        bridge::RopeParams { dims: self.dims, traditional: self.traditional, base: self.base, scale: self.scale }
+    }
 }
 
 /// Where one attention step's keys and values go in a layer's KV cache
@@ -742,13 +751,13 @@ impl Isa {
     /// the best this CPU has).
     pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
 
-    fn code(self) -> u8 {
+    fn ffi(self) -> bridge::Isa {
         match self {
-            Isa::Scalar => 0,
-            Isa::Avx2 => 1,
-            Isa::Avx512 => 2,
-            Isa::Avx512Vnni => 3,
-            Isa::Neon => 4,
+            Isa::Scalar => bridge::Isa::Scalar,
+            Isa::Avx2 => bridge::Isa::Avx2,
+            Isa::Avx512 => bridge::Isa::Avx512,
+            Isa::Avx512Vnni => bridge::Isa::Avx512Vnni,
+            Isa::Neon => bridge::Isa::Neon,
         }
     }
 
@@ -765,7 +774,7 @@ impl Isa {
 
     /// Whether this CPU (and OS) can run it.
     pub fn is_supported(self) -> bool {
-        bridge::kernels_isa_supported(self.code())
+        bridge::kernels_isa_supported(self.ffi())
     }
 }
 
@@ -777,18 +786,13 @@ impl std::fmt::Display for Isa {
 
 /// The ISA the kernels run with now.
 pub fn isa() -> Isa {
-    match bridge::kernels_isa() {
-        4 => Isa::Neon,
-        3 => Isa::Avx512Vnni,
-        2 => Isa::Avx512,
-        1 => Isa::Avx2,
-        _ => Isa::Scalar,
-    }
+    let now = bridge::kernels_isa();
+    Isa::ALL.into_iter().find(|i| i.ffi() == now).unwrap_or(Isa::Scalar)
 }
 
 /// Makes the kernels use `isa`, process-wide (tests run each ISA this way).
 pub fn set_isa(isa: Isa) -> Result<()> {
-    if bridge::kernels_set_isa(isa.code()) {
+    if bridge::kernels_set_isa(isa.ffi()) {
         Ok(())
     } else {
         Err(Error::Device(format!("this CPU cannot run the {isa} kernels")))

@@ -17,8 +17,6 @@ namespace mlxcel::kern {
 /// The instruction sets the kernels are built for (src/ffi.rs declares the
 /// same enum; cxx checks at compile time that the two agree).
 enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4 };
-/// The highest `Isa` code (callers passing codes across the bridge check it).
-constexpr Isa kLastIsa = Isa::Neon;
 
 /// The activation of a gated MLP, `act(a) * b` (src/ffi.rs declares it too).
 enum class Activation : int {

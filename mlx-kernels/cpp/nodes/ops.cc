@@ -122,6 +122,15 @@ std::vector<array> product_inputs(const ProductInput& px, const std::vector<Quan
 
 }  // namespace
 
+const char* mlx_mask_mode(MaskMode mode) {
+  switch (mode) {
+    case MaskMode::None: return "";
+    case MaskMode::Causal: return "causal";
+    case MaskMode::Array: return "array";
+  }
+  throw std::invalid_argument("unknown mask mode " + std::to_string(static_cast<int>(mode)));
+}
+
 mx::array quantized_linear(const mx::array& x, const QuantizedWeight& w, int group_size, int bits, Path path) {
   // One product: the multi-product node with one plain output.
   return quantized_linear_multi(x, {w}, {0}, group_size, bits, path)[0];
@@ -249,10 +258,7 @@ mx::array rope(const mx::array& x, const RopeSpec& rope, int offset, Path path) 
 mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, MaskMode mask_mode,
                const std::optional<mx::array>& mask, Path path) {
   auto s = default_stream();
-  auto mlx_op = [&] {
-    const char* mode = mask_mode == MaskMode::Causal ? "causal" : mask_mode == MaskMode::Array ? "array" : "";
-    return mx::fast::scaled_dot_product_attention(q, k, v, scale, mode, mask);
-  };
+  auto mlx_op = [&] { return mx::fast::scaled_dot_product_attention(q, k, v, scale, mlx_mask_mode(mask_mode), mask); };
   std::string why;
   AttentionMask kind = AttentionMask::None;
   if (s.device != mx::Device::cpu) {

@@ -25,6 +25,9 @@ enum class Path : uint8_t { Auto = 0, Kernel = 1, Mlx = 2 };
 /// float: added to the scores).
 enum class MaskMode : uint8_t { None = 0, Causal = 1, Array = 2 };
 
+/// MLX's name of a mask mode (`fast::scaled_dot_product_attention`'s string).
+const char* mlx_mask_mode(MaskMode mode);
+
 /// One affine-quantized weight: packed codes, scales and biases.
 struct QuantizedWeight {
   mx::array w;
