@@ -539,6 +539,8 @@ ArrayPtr fast_gated_activation(kern::Activation act, const Array& a, const Array
 int32_t kernels_threads() { return kern::pool_threads(); }
 int32_t kernels_default_threads() { return kern::default_threads(); }
 void kernels_set_threads(int32_t n) { kern::set_pool_threads(n); }
+void kernels_set_default_threads(int32_t n) { kern::set_default_threads(n); }
+void kernels_set_spin(int32_t spin_us, bool spin_yield) { kern::set_spin(spin_us, spin_yield); }
 kern::Isa kernels_isa() { return kern::table().isa; }
 bool kernels_isa_supported(kern::Isa isa) { return kern::isa_supported(isa); }
 bool kernels_set_isa(kern::Isa isa) { return kern::set_isa(isa); }

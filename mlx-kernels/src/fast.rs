@@ -31,12 +31,14 @@
 //! attention node makes it write the merged layout. Results are those of the
 //! unfused nodes, bit for bit.
 //!
-//! `MLXCEL_KERNELS=mlx` (or [`set_default_path`]) turns them off for A/B
-//! comparisons; `MLXCEL_THREADS` sets the pool size (default: the physical
-//! cores the process may use) and `MLXCEL_ISA` (`scalar`, `avx2`, `avx512`) caps
-//! the instruction set.
+//! [`set_default_path`] turns them off for A/B comparisons, [`set_threads`]
+//! sets the pool size (default: the physical cores the process may use),
+//! [`set_isa`] picks another instruction set. Nothing here reads the
+//! environment: the binaries parse `MLXCEL_KERNELS`, `MLXCEL_THREADS`,
+//! `MLXCEL_ISA` and the rest once into [`crate::settings::Settings`] and apply
+//! them through these setters.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use cxx::UniquePtr;
 
@@ -67,33 +69,20 @@ impl Path {
     }
 }
 
-/// The environment variable that turns the kernels off (`mlx`) or on (`auto`, the default).
-pub const KERNELS_ENV: &str = "MLXCEL_KERNELS";
-
-// 0 unset, then 1 + the index of the path in PATHS.
+// The index of the default path in PATHS.
 static DEFAULT_PATH: AtomicU8 = AtomicU8::new(0);
 const PATHS: [Path; 3] = [Path::Auto, Path::Kernel, Path::Mlx];
 
 /// The path the free functions of this module take: [`set_default_path`]'s,
-/// else `MLXCEL_KERNELS=mlx` → [`Path::Mlx`], else [`Path::Auto`].
+/// else [`Path::Auto`].
 pub fn default_path() -> Path {
-    match usize::from(DEFAULT_PATH.load(Ordering::Relaxed)).checked_sub(1).and_then(|i| PATHS.get(i)) {
-        Some(&p) => p,
-        None => {
-            let p = match std::env::var(KERNELS_ENV).as_deref().map(str::trim) {
-                Ok("mlx") | Ok("off") | Ok("0") => Path::Mlx,
-                _ => Path::Auto,
-            };
-            set_default_path(p);
-            p
-        }
-    }
+    PATHS.get(usize::from(DEFAULT_PATH.load(Ordering::Relaxed))).copied().unwrap_or(Path::Auto)
 }
 
 /// Sets the path of the free functions, process-wide, for graphs built from now on.
 pub fn set_default_path(path: Path) {
     let index = PATHS.iter().position(|&p| p == path).unwrap_or(0);
-    DEFAULT_PATH.store(index as u8 + 1, Ordering::Relaxed);
+    DEFAULT_PATH.store(index as u8, Ordering::Relaxed);
 }
 
 /// The operations of this module with an explicit [`Path`] (tests and
@@ -718,10 +707,24 @@ pub fn threads() -> usize {
     bridge::kernels_threads().max(1) as usize
 }
 
-/// The default thread count: `MLXCEL_THREADS`, else the physical cores this
-/// process may run on.
+/// The default thread count (what [`set_threads`]`(0)` restores):
+/// [`set_default_threads`]'s, else the physical cores this process may run on.
 pub fn default_threads() -> usize {
     bridge::kernels_default_threads().max(1) as usize
+}
+
+/// Sets the default thread count, process-wide (0: the physical cores this
+/// process may run on); a pool that runs already takes it at once.
+pub fn set_default_threads(n: usize) {
+    bridge::kernels_set_default_threads(i32::try_from(n).unwrap_or(i32::MAX));
+}
+
+/// How long an idle kernel worker spins, polling for the next job, before it
+/// parks on a futex (default 3000 µs), and whether it yields its core
+/// between polls (default true); docs/kernels.md "Threading". Applies from
+/// the next idle loop.
+pub fn set_spin(spin_us: u32, spin_yield: bool) {
+    bridge::kernels_set_spin(i32::try_from(spin_us).unwrap_or(i32::MAX), spin_yield);
 }
 
 /// Sets the kernels' thread count, process-wide (0 restores the default).
@@ -776,6 +779,23 @@ impl Isa {
     pub fn is_supported(self) -> bool {
         bridge::kernels_isa_supported(self.ffi())
     }
+
+    /// The best ISA this CPU supports (what the kernels start with).
+    pub fn best() -> Isa {
+        Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap_or(Isa::Scalar)
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = Error;
+
+    /// One of the [`Isa::name`]s.
+    fn from_str(s: &str) -> Result<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+            Error::invalid("isa", format!("{s:?} is not one of {}", names.join(", ")))
+        })
+    }
 }
 
 impl std::fmt::Display for Isa {
@@ -811,19 +831,25 @@ pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
 /// pass through MLX's stream thread: no task queue, no wake-up of that thread
 /// per node, no third thread competing for the cores (docs/kernels.md
 /// "Evaluating a step inline"). Any other graph goes to MLX's eval, and so
-/// does every graph under `MLXCEL_INLINE_EVAL=0`.
+/// does every graph after [`set_inline_eval`]`(false)`.
 pub fn eval(outputs: &[&Array]) -> Result<()> {
-    if inline_enabled() && eval_inline(outputs)? {
+    if inline_eval() && eval_inline(outputs)? {
         return Ok(());
     }
     Array::eval_all(outputs)
 }
 
-/// `MLXCEL_INLINE_EVAL=0` sends every graph to MLX's eval (for comparison
-/// and debugging), read once.
-fn inline_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("MLXCEL_INLINE_EVAL").map_or(true, |v| v != "0"))
+static INLINE_EVAL: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`eval`] tries [`eval_inline`] first (default true).
+pub fn inline_eval() -> bool {
+    INLINE_EVAL.load(Ordering::Relaxed)
+}
+
+/// Makes [`eval`] try inline evaluation (true) or send every graph to MLX's
+/// eval (false: for comparison and debugging), process-wide.
+pub fn set_inline_eval(on: bool) {
+    INLINE_EVAL.store(on, Ordering::Relaxed);
 }
 
 /// The inline half of [`eval`]: evaluates `outputs` on the calling thread and

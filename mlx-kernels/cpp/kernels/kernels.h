@@ -183,7 +183,8 @@ bool set_isa(Isa isa);
 /// The best ISA of this CPU.
 Isa best_isa();
 /// The ISA named `name` (`scalar`, `avx2`, `avx512`, `avx512vnni`, `neon`,
-/// as `MLXCEL_ISA` takes them); false for any other name.
+/// the names of `Isa::name` in src/fast.rs); false for any other name. For
+/// tools without the Rust side (isa_check).
 bool isa_from_name(const char* name, Isa& isa);
 
 /// Best-of-`reps` read bandwidth (GB/s) of summing a `bytes` buffer on the pool's threads.
@@ -193,11 +194,18 @@ double read_bandwidth_gbs(size_t bytes, int reps);
 
 /// Threads a kernel uses (the calling thread included).
 int pool_threads();
-/// Sets the thread count; n <= 0 restores the default (MLXCEL_THREADS, else
-/// the number of physical cores this process may run on).
+/// Sets the thread count; n <= 0 restores the default.
 void set_pool_threads(int n);
-/// The default thread count.
+/// The default thread count: set_default_threads's, else the number of
+/// physical cores this process may run on.
 int default_threads();
+/// Sets the default thread count (n <= 0: the physical cores); a pool that
+/// runs already takes it at once.
+void set_default_threads(int n);
+/// How long (µs) an idle worker spins before it parks, and whether it calls
+/// sched_yield between polls; read by every idle loop, so a change applies
+/// from the next one.
+void set_spin(int spin_us, bool yield);
 /// Runs `fn(ctx, t)` for every t in [0, n_tasks) on the pool, the calling
 /// thread included; returns when all are done. Tasks are claimed dynamically.
 void parallel_for_raw(int n_tasks, void (*fn)(void*, int), void* ctx);
