@@ -522,12 +522,17 @@ ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, 
 }
 
 std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, const RopeParams& rope,
-                                                 std::unique_ptr<Array> freqs, int32_t offset, int32_t slot,
-                                                 int32_t visible, bool causal, float scale, fast::Path path) {
+                                                 std::unique_ptr<Array> freqs, rust::Slice<const CacheStep> rows,
+                                                 float scale, fast::Path path) {
   const auto& a = arrays.items;
-  if (a.size() != 5) throw std::invalid_argument("cached_attention takes q, k, v and the two cache buffers");
-  fast::CacheSlot cache{a[3], a[4], slot, visible, causal};
-  return wrap_list(fast::cached_attention(a[0], a[1], a[2], rope_spec(rope, freqs), offset, cache, scale, path));
+  if (a.size() != 3 + 2 * rows.size())
+    throw std::invalid_argument("cached_attention takes q, k, v and two cache buffers per row");
+  std::vector<fast::CacheRow> cache;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const auto& r = rows[b];
+    cache.push_back({a[3 + 2 * b], a[4 + 2 * b], r.offset, r.slot, r.visible, r.causal});
+  }
+  return wrap_list(fast::cached_attention(a[0], a[1], a[2], rope_spec(rope, freqs), cache, scale, path));
 }
 
 ArrayPtr fast_merge_heads(const Array& x, fast::Path path) { return wrap(fast::merge_heads(x.inner, path)); }

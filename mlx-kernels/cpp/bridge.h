@@ -24,6 +24,7 @@ enum class ArgReduceOp : std::uint8_t;
 enum class QuantMode : std::uint8_t;
 enum class DeviceKind : std::uint8_t;
 struct RopeParams;
+struct CacheStep;
 
 /// An owned handle to one MLX array (a node of MLX's lazy graph).
 class Array {
@@ -128,7 +129,7 @@ ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps,
 ArrayPtr fast_add(const Array& a, const Array& b, fast::Path path);
 ArrayPtr fast_rope(const Array& x, const RopeParams& rope, std::unique_ptr<Array> freqs, int32_t offset, fast::Path path);
 ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, fast::MaskMode mask_mode, std::unique_ptr<Array> mask, fast::Path path);
-std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, const RopeParams& rope, std::unique_ptr<Array> freqs, int32_t offset, int32_t slot, int32_t visible, bool causal, float scale, fast::Path path);
+std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, const RopeParams& rope, std::unique_ptr<Array> freqs, rust::Slice<const CacheStep> rows, float scale, fast::Path path);
 ArrayPtr fast_merge_heads(const Array& x, fast::Path path);
 ArrayPtr fast_gated_activation(kern::Activation act, const Array& a, const Array& b, fast::Path path);
 int32_t kernels_threads();

@@ -435,10 +435,11 @@ impl Fast {
     /// buffers.
     ///
     /// A row's result does not depend on the other rows (the same bits as the
-    /// row alone). On the CPU a single row is one node that writes the buffers
-    /// in place (when nothing else holds them, as MLX's `slice_update` does);
-    /// otherwise it is [`Fast::rope`], `slice_update` and
-    /// [`Fast::scaled_dot_product_attention`].
+    /// row alone). On the CPU the whole batch is one node (so a batched
+    /// decode step stays all-kernel and runs inline with [`eval`]) that
+    /// writes each buffer in place when nothing else holds it, as MLX's
+    /// `slice_update` does; otherwise, per row, it is [`Fast::rope`],
+    /// `slice_update` and [`Fast::scaled_dot_product_attention`].
     pub fn cached_attention(
         &self,
         q: &Array,
@@ -448,72 +449,42 @@ impl Fast {
         rows: &[CacheRow<'_>],
         scale: f32,
     ) -> Result<CachedAttention> {
-        let batch = q.shape().first().copied().unwrap_or(0);
-        if rows.is_empty() || usize::try_from(batch).ok() != Some(rows.len()) {
-            return Err(Error::invalid(
-                "cached_attention",
-                format!("{} cache rows for a batch of {batch}", rows.len()),
-            ));
-        }
-        if let [row] = rows {
-            let (out, keys, values) = self.cached_attention_row(q, k, v, rope, row, scale)?;
-            return Ok(CachedAttention { out, caches: vec![(keys, values)] });
-        }
-        let take_row = |a: &Array, b: i32| -> Result<Array> {
-            let s = a.shape();
-            let mut start = vec![0; s.len()];
-            let mut stop = s.clone();
-            start[0] = b;
-            stop[0] = b + 1;
-            a.slice(&start, &stop, &vec![1; s.len()])
-        };
-        let mut outs = Vec::with_capacity(rows.len());
-        let mut caches = Vec::with_capacity(rows.len());
-        for (b, row) in rows.iter().enumerate() {
-            let b = b as i32;
-            let (out, keys, values) =
-                self.cached_attention_row(&take_row(q, b)?, &take_row(k, b)?, &take_row(v, b)?, rope, row, scale)?;
-            outs.push(out);
-            caches.push((keys, values));
-        }
-        let out = Array::concatenate(&outs.iter().collect::<Vec<_>>(), 0)?;
-        Ok(CachedAttention { out, caches })
-    }
-
-    /// [`Fast::cached_attention`] of one sequence (`q` of batch 1).
-    fn cached_attention_row(
-        &self,
-        q: &Array,
-        k: &Array,
-        v: &Array,
-        rope: &RopeSpec<'_>,
-        row: &CacheRow<'_>,
-        scale: f32,
-    ) -> Result<(Array, Array, Array)> {
         let int = |name: &str, n: usize| {
             i32::try_from(n).map_err(|_| Error::invalid("cached_attention", format!("{name} {n} is too large")))
         };
-        let cache = &row.cache;
-        let arrays = to_list(&[q, k, v, cache.keys, cache.values]);
-        let mut parts = from_list(
+        let mut arrays = vec![q, k, v];
+        let mut steps = Vec::with_capacity(rows.len());
+        for row in rows {
+            let cache = &row.cache;
+            arrays.extend([cache.keys, cache.values]);
+            steps.push(bridge::CacheStep {
+                offset: int("offset", row.offset)?,
+                slot: int("slot", cache.slot)?,
+                visible: int("visible", cache.visible)?,
+                causal: cache.causal,
+            });
+        }
+        let parts = from_list(
             "cached_attention",
             bridge::fast_cached_attention(
-                &arrays,
+                &to_list(&arrays),
                 &rope.ffi(),
                 opt(rope.freqs),
-                int("offset", row.offset)?,
-                int("slot", cache.slot)?,
-                int("visible", cache.visible)?,
-                cache.causal,
+                &steps,
                 scale,
                 self.path.ffi(),
             ),
-        )?
-        .into_iter();
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(out), Some(keys), Some(values)) => Ok((out, keys, values)),
-            _ => Err(Error::invalid("cached_attention", "MLX returned fewer than three arrays")),
+        )?;
+        let mut parts = parts.into_iter();
+        let out = parts.next().ok_or_else(|| Error::invalid("cached_attention", "MLX returned no output"))?;
+        let mut caches = Vec::with_capacity(rows.len());
+        while let (Some(keys), Some(values)) = (parts.next(), parts.next()) {
+            caches.push((keys, values));
         }
+        if caches.len() != rows.len() {
+            return Err(Error::invalid("cached_attention", "MLX returned fewer buffers than rows"));
+        }
+        Ok(CachedAttention { out, caches })
     }
 
     /// `[B, H, L, D]` → `[B, L, H·D]`: attention's heads merged for the output
@@ -557,9 +528,9 @@ impl RopeSpec<'_> {
 /// Where one attention step's keys and values go in a layer's KV cache
 /// buffers, and which buffer positions its queries see.
 pub struct CacheSlot<'a> {
-    /// Key buffer, `[batch, kv_heads, capacity, head_dim]`.
+    /// Key buffer of one sequence, `[1, kv_heads, capacity, head_dim]`.
     pub keys: &'a Array,
-    /// Value buffer, `[batch, kv_heads, capacity, value_dim]`.
+    /// Value buffer of one sequence, `[1, kv_heads, capacity, value_dim]`.
     pub values: &'a Array,
     /// First position the step's keys and values are written to.
     pub slot: usize,

@@ -167,6 +167,14 @@ pub(crate) mod bridge {
         scale: f32,
     }
 
+    /// One sequence of a cached attention step, its buffers aside.
+    struct CacheStep {
+        offset: i32,
+        slot: i32,
+        visible: i32,
+        causal: bool,
+    }
+
     extern "Rust" {
         type SharedBytes;
     }
@@ -380,15 +388,12 @@ pub(crate) mod bridge {
             mask: UniquePtr<Array>,
             path: Path,
         ) -> Result<UniquePtr<Array>>;
-        #[allow(clippy::too_many_arguments)]
+        /// `arrays`: q, k, v, then each row's key and value buffers.
         fn fast_cached_attention(
             arrays: &ArrayList,
             rope: &RopeParams,
             freqs: UniquePtr<Array>,
-            offset: i32,
-            slot: i32,
-            visible: i32,
-            causal: bool,
+            rows: &[CacheStep],
             scale: f32,
             path: Path,
         ) -> Result<UniquePtr<ArrayList>>;

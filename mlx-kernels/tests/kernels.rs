@@ -642,10 +642,12 @@ fn attention_matches_mlx_masks_gqa_and_strides() {
     }
 }
 
-/// One attention step over a cache buffer (rope, cache write, attention in
+/// One attention step over cache buffers (rope, cache write, attention in
 /// one node) against MLX's rope, slice_update and attention: decode into a
 /// growing buffer and into a full ring, causal prefill chunks, grouped-query
-/// heads, partial and traditional rotations, explicit wavelengths.
+/// heads, partial and traditional rotations, explicit wavelengths; two
+/// sequences per batch, each with its own buffers (of different capacities)
+/// and positions.
 #[test]
 fn cached_attention_matches_mlx() {
     init();
@@ -663,9 +665,14 @@ fn cached_attention_matches_mlx() {
                         .unwrap();
                     let k = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
                     let v = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
-                    let kbuf = arr(&normal(&mut rng, (b * kvh * cap * dim) as usize), &[b, kvh, cap, dim]);
-                    let vbuf = arr(&normal(&mut rng, (b * kvh * cap * dim) as usize), &[b, kvh, cap, dim]);
-                    let (kb0, vb0) = (vals(&kbuf), vals(&vbuf));
+                    let bufs: Vec<(Array, Array)> = (0..b)
+                        .map(|row| {
+                            let c = cap + 7 * row;
+                            let mut buf = || arr(&normal(&mut rng, (kvh * c * dim) as usize), &[1, kvh, c, dim]);
+                            (buf(), buf())
+                        })
+                        .collect();
+                    let before: Vec<(Vec<f32>, Vec<f32>)> = bufs.iter().map(|(kb, vb)| (vals(kb), vals(vb))).collect();
                     let rope = fast::RopeSpec {
                         dims,
                         traditional,
@@ -673,31 +680,103 @@ fn cached_attention_matches_mlx() {
                         scale: 1.0,
                         freqs: use_freqs.then_some(&freqs),
                     };
-                    let offset = 40 + slot;
-                    let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot, visible, causal };
+                    let rows: Vec<fast::CacheRow> = bufs
+                        .iter()
+                        .enumerate()
+                        .map(|(row, (keys, values))| fast::CacheRow {
+                            offset: 40 + slot + 3 * row,
+                            cache: fast::CacheSlot { keys, values, slot, visible, causal },
+                        })
+                        .collect();
                     let scale = 1.0 / (dim as f32).sqrt();
-                    let rows = [fast::CacheRow { offset, cache }];
                     let want = mlx().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
-                    let (want_out, want_k, want_v) =
-                        (vals(&want.out), vals(&want.caches[0].0), vals(&want.caches[0].1));
+                    let want_out = vals(&want.out);
+                    let want_kv: Vec<(Vec<f32>, Vec<f32>)> =
+                        want.caches.iter().map(|(kb, vb)| (vals(kb), vals(vb))).collect();
                     let what = format!("h={h}/{kvh} d={dim} l={l} slot={slot} visible={visible} dims={dims}");
                     each_config(|cfg| {
                         let got = kernel().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
                         assert_eq!(fast::pending_ops(&[&got.out]), vec!["MlxcelCachedAttention".to_string()]);
                         assert_eq!(got.out.shape(), vec![b, l, h * dim]);
-                        // Keys: RoPE as in rope_matches_mlx_every_variant;
-                        // values and the untouched positions are copies.
-                        assert_close(&format!("{cfg} {what} keys"), &vals(&got.caches[0].0), &want_k, 4.0 * EPS, 1e-6);
-                        assert_eq!(vals(&got.caches[0].1), want_v, "{cfg} {what} values");
+                        for (row, ((kb, vb), (want_k, want_v))) in got.caches.iter().zip(&want_kv).enumerate() {
+                            // Keys: RoPE as in rope_matches_mlx_every_variant;
+                            // values and the untouched positions are copies.
+                            let what = format!("{cfg} {what} row {row}");
+                            assert_close(&format!("{what} keys"), &vals(kb), want_k, 4.0 * EPS, 1e-6);
+                            assert_eq!(&vals(vb), want_v, "{what} values");
+                        }
                         // As attention_matches_mlx_masks_gqa_and_strides (|v| ≲ 5).
                         assert_close(&format!("{cfg} {what} out"), &vals(&got.out), &want_out, 0.0, 1e-4);
                     });
                     // The test still holds the buffers: they were copied, not written.
-                    assert_eq!(vals(&kbuf), kb0, "{what}: a shared key buffer was written");
-                    assert_eq!(vals(&vbuf), vb0, "{what}: a shared value buffer was written");
+                    for ((kb, vb), (k0, v0)) in bufs.iter().zip(&before) {
+                        assert_eq!(&vals(kb), k0, "{what}: a shared key buffer was written");
+                        assert_eq!(&vals(vb), v0, "{what}: a shared value buffer was written");
+                    }
                 }
             }
         }
+    }
+}
+
+/// Batch invariance of a cached attention step: each row of a batch of
+/// sequences at different positions, with buffers of different capacities,
+/// gives exactly the bits (output and buffers) of that row alone, on every
+/// ISA with 1 and 2 threads; the batch is one node and runs inline.
+#[test]
+fn cached_attention_rows_match_alone() {
+    init();
+    let (mut rng, _) = rng("cached_attention_rows_match_alone");
+    let (h, kvh, d) = (4i32, 2i32, 32i32);
+    let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
+    for (b, l) in [(2i32, 1i32), (3, 1), (9, 1), (3, 4)] {
+        let q = arr(&normal(&mut rng, (b * h * l * d) as usize), &[b, h, l, d]);
+        let k = arr(&normal(&mut rng, (b * kvh * l * d) as usize), &[b, kvh, l, d]);
+        let v = arr(&normal(&mut rng, (b * kvh * l * d) as usize), &[b, kvh, l, d]);
+        let bufs: Vec<(Array, Array)> = (0..b)
+            .map(|row| {
+                let c = 16 + 5 * row;
+                let mut buf = || arr(&normal(&mut rng, (kvh * c * d) as usize), &[1, kvh, c, d]);
+                (buf(), buf())
+            })
+            .collect();
+        for (kb, vb) in &bufs {
+            Array::eval_all(&[kb, vb]).unwrap();
+        }
+        // Row r writes at 3 + r and sees everything up to its queries (causal).
+        let rows: Vec<fast::CacheRow> = bufs
+            .iter()
+            .enumerate()
+            .map(|(r, (keys, values))| {
+                let slot = 3 + r;
+                fast::CacheRow {
+                    offset: 100 * r + slot,
+                    cache: fast::CacheSlot { keys, values, slot, visible: slot + l as usize, causal: true },
+                }
+            })
+            .collect();
+        let row_of = |a: &Array, r: i32| {
+            let s = a.shape();
+            a.slice(&[r, 0, 0, 0], &[r + 1, s[1], s[2], s[3]], &[1, 1, 1, 1]).unwrap().contiguous().unwrap()
+        };
+        each_config(|cfg| {
+            let batch = kernel().cached_attention(&q, &k, &v, &rope, &rows, 0.2).unwrap();
+            let mut outputs = vec![&batch.out];
+            outputs.extend(batch.caches.iter().flat_map(|(kb, vb)| [kb, vb]));
+            assert_eq!(fast::pending_ops(&outputs), vec!["MlxcelCachedAttention".to_string()], "{cfg}");
+            assert!(fast::eval_inline(&outputs).unwrap(), "{cfg}: a batched step runs inline");
+            let out = vals(&batch.out);
+            let per_row = (l * h * d) as usize;
+            for (r, row) in rows.iter().enumerate() {
+                let one = [fast::CacheRow { offset: row.offset, cache: fast::CacheSlot { ..row.cache } }];
+                let (qr, kr, vr) = (row_of(&q, r as i32), row_of(&k, r as i32), row_of(&v, r as i32));
+                let alone = kernel().cached_attention(&qr, &kr, &vr, &rope, &one, 0.2).unwrap();
+                let what = format!("{cfg} b={b} l={l} row {r}");
+                assert_eq!(&out[r * per_row..(r + 1) * per_row], &vals(&alone.out)[..], "{what}: output");
+                assert_eq!(vals(&batch.caches[r].0), vals(&alone.caches[0].0), "{what}: keys");
+                assert_eq!(vals(&batch.caches[r].1), vals(&alone.caches[0].1), "{what}: values");
+            }
+        });
     }
 }
 
@@ -707,31 +786,56 @@ fn cached_attention_updates_unshared_buffers_in_place() {
     init();
     let (mut rng, _) = rng("cached_attention_updates_unshared_buffers_in_place");
     let (h, d, cap) = (4i32, 16i32, 64i32);
-    let mut kbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
-    let mut vbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
-    Array::eval_all(&[&kbuf, &vbuf]).unwrap();
-    let (k_addr, v_addr) = (kbuf.data_address().unwrap(), vbuf.data_address().unwrap());
     let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
-    let mut values = Vec::new();
-    for pos in 0..5usize {
-        let q = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
-        let k = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
-        let v = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
-        values.push(vals(&v));
-        let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot: pos, visible: pos + 1, causal: false };
-        let step =
-            kernel().cached_attention(&q, &k, &v, &rope, &[fast::CacheRow { offset: pos, cache }], 0.25).unwrap();
-        (kbuf, vbuf) = step.caches.into_iter().next().unwrap();
-        Array::eval_all(&[&step.out, &kbuf, &vbuf]).unwrap();
-        assert_eq!(kbuf.data_address().unwrap(), k_addr, "step {pos}: the key buffer moved");
-        assert_eq!(vbuf.data_address().unwrap(), v_addr, "step {pos}: the value buffer moved");
-    }
-    // Every step's values are in their slots, [1, h, cap, d].
-    let all = vals(&vbuf);
-    for (pos, v) in values.iter().enumerate() {
-        for head in 0..h as usize {
-            let at = (head * cap as usize + pos) * d as usize;
-            assert_eq!(&all[at..at + d as usize], &v[head * d as usize..(head + 1) * d as usize], "slot {pos}");
+    // One sequence, then a batch of two (each with its own buffers).
+    for b in [1usize, 2] {
+        let mut bufs: Vec<(Array, Array)> = (0..b)
+            .map(|_| {
+                (Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap(), Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap())
+            })
+            .collect();
+        for (kb, vb) in &bufs {
+            Array::eval_all(&[kb, vb]).unwrap();
+        }
+        let addrs: Vec<(usize, usize)> =
+            bufs.iter().map(|(kb, vb)| (kb.data_address().unwrap(), vb.data_address().unwrap())).collect();
+        let mut values = Vec::new();
+        for pos in 0..5usize {
+            let n = b * (h * d) as usize;
+            let q = arr(&normal(&mut rng, n), &[b as i32, h, 1, d]);
+            let k = arr(&normal(&mut rng, n), &[b as i32, h, 1, d]);
+            let v = arr(&normal(&mut rng, n), &[b as i32, h, 1, d]);
+            values.push(vals(&v));
+            let rows: Vec<fast::CacheRow> = bufs
+                .iter()
+                .map(|(keys, values)| fast::CacheRow {
+                    offset: pos,
+                    cache: fast::CacheSlot { keys, values, slot: pos, visible: pos + 1, causal: false },
+                })
+                .collect();
+            let step = kernel().cached_attention(&q, &k, &v, &rope, &rows, 0.25).unwrap();
+            drop(rows);
+            bufs = step.caches;
+            let mut outputs = vec![&step.out];
+            outputs.extend(bufs.iter().flat_map(|(kb, vb)| [kb, vb]));
+            Array::eval_all(&outputs).unwrap();
+            for (row, ((kb, vb), (k_addr, v_addr))) in bufs.iter().zip(&addrs).enumerate() {
+                assert_eq!(kb.data_address().unwrap(), *k_addr, "b={b} step {pos}: row {row}'s key buffer moved");
+                assert_eq!(vb.data_address().unwrap(), *v_addr, "b={b} step {pos}: row {row}'s value buffer moved");
+            }
+        }
+        // Every step's values are in their slots, [1, h, cap, d] per row.
+        let per_row = (h * d) as usize;
+        for (row, (_, vb)) in bufs.iter().enumerate() {
+            let all = vals(vb);
+            for (pos, v) in values.iter().enumerate() {
+                let v = &v[row * per_row..(row + 1) * per_row];
+                for head in 0..h as usize {
+                    let at = (head * cap as usize + pos) * d as usize;
+                    let want = &v[head * d as usize..(head + 1) * d as usize];
+                    assert_eq!(&all[at..at + d as usize], want, "b={b} row {row} slot {pos}");
+                }
+            }
         }
     }
 }

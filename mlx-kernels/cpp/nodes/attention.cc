@@ -76,56 +76,81 @@ void write_positions(const float* src, float* dst, int groups, int n, int W, int
                 static_cast<size_t>(n) * W * sizeof(float));
 }
 
-void run_cached(const CachedAttentionSpec& spec, bool keep_k, bool keep_v, std::vector<array>& in,
+// Runs a cached attention step. `keep[i]`: input buffer i (row i / 2, keys
+// or values) was donated to its output, which already holds its contents.
+void run_cached(const CachedAttentionSpec& spec, const std::vector<bool>& keep, std::vector<array>& in,
                 std::vector<array>& out) {
-  const CacheStep& step = spec.step;
   const array &q = in[0], &k = in[1], &v = in[2];
-  const int B = q.shape(0), H = q.shape(1), L = q.shape(2), D = q.shape(3);
-  const int KVH = k.shape(1), Dv = v.shape(3), C = in[3].shape(2);
-  float* kc = out[1].data<float>();
-  float* vc = out[2].data<float>();
-  std::vector<float> tmp;
-  if (!keep_k) std::memcpy(kc, row_major(in[3], tmp), out[1].nbytes());
-  if (!keep_v) std::memcpy(vc, row_major(in[4], tmp), out[2].nbytes());
-  const array* freqs = spec.rope.has_freqs ? &in[5] : nullptr;
-  // Rotated keys and queries, contiguous, in one scratch buffer.
-  float* kr = kern::scratch(kern::kScratchStep, k.size() + q.size());
-  float* qr = kr + k.size();
-  std::vector<float> kb, qb;
-  if (k.size() > 0) rope_into(spec.rope, freqs, rope_view(k, kb), step.offset, kr);
-  write_positions(kr, kc, B * KVH, L, D, C, step.slot);
-  write_positions(row_major(v, tmp), vc, B * KVH, L, Dv, C, step.slot);
-  if (q.size() > 0) rope_into(spec.rope, freqs, rope_view(q, qb), step.offset, qr);
-  if (out[0].size() == 0) return;
-  kern::AttnArgs a{};
-  a.q = qr;
-  a.qs[3] = 1;
-  a.qs[2] = D;
-  a.qs[1] = static_cast<int64_t>(L) * D;
-  a.qs[0] = a.qs[1] * H;
-  a.k = kc;
-  a.ks[3] = 1;
-  a.ks[2] = D;
-  a.ks[1] = static_cast<int64_t>(C) * D;
-  a.ks[0] = a.ks[1] * KVH;
-  a.v = vc;
-  a.vs[3] = 1;
-  a.vs[2] = Dv;
-  a.vs[1] = static_cast<int64_t>(C) * Dv;
-  a.vs[0] = a.vs[1] * KVH;
-  a.out = out[0].data<float>();
-  a.B = B;
-  a.H = H;
-  a.KVH = KVH;
-  a.Lq = L;
-  a.Lk = step.visible;
-  a.D = D;
-  a.Dv = Dv;
-  a.scale = spec.scale;
-  a.causal = step.causal;
-  a.mask_kind = kern::MaskKind::None;
-  output_strides(a, HeadLayout::Merged);
-  kern::table().attention(a);
+  const int H = q.shape(1), L = q.shape(2), D = q.shape(3);
+  const int KVH = k.shape(1), Dv = v.shape(3);
+  const int rows = static_cast<int>(spec.rows.size());
+  const array* freqs = spec.rope.has_freqs ? &in[3 + 2 * rows] : nullptr;
+  // q and k as [B, heads, L, D] views (a copy when the last axis is strided,
+  // made once for all rows), v row-major.
+  std::vector<float> qb, kb, vb, tmp;
+  kern::AttnArgs whole{};
+  const float* qp = q.size() > 0 ? attention_view(q, qb, whole.qs) : nullptr;
+  const float* kp = k.size() > 0 ? attention_view(k, kb, whole.ks) : nullptr;
+  const float* vp = row_major(v, vb);
+  const int64_t q_row = static_cast<int64_t>(H) * L * D, k_row = static_cast<int64_t>(KVH) * L * D;
+  // Row b's rotated keys and queries, contiguous, in one scratch buffer.
+  float* kr = kern::scratch(kern::kScratchStep, k_row + q_row);
+  float* qr = kr + k_row;
+  for (int b = 0; b < rows; ++b) {
+    const CacheStep& step = spec.rows[b];
+    const array &kin = in[3 + 2 * b], &vin = in[4 + 2 * b];
+    array &kout = out[1 + 2 * b], &vout = out[2 + 2 * b];
+    const int C = kin.shape(2);
+    float* kc = kout.data<float>();
+    float* vc = vout.data<float>();
+    if (!keep[2 * b]) std::memcpy(kc, row_major(kin, tmp), kout.nbytes());
+    if (!keep[2 * b + 1]) std::memcpy(vc, row_major(vin, tmp), vout.nbytes());
+    // The row alone, as [1, heads, L, D]: the calls a batch of one makes.
+    auto row = [&](const float* base, const int64_t* st, int heads) {
+      RopeView view;
+      view.p = base + b * st[0];
+      view.sb = st[1];
+      view.sl = st[2];
+      view.B = heads;
+      view.L = L;
+      view.D = D;
+      return view;
+    };
+    if (k_row > 0) rope_into(spec.rope, freqs, row(kp, whole.ks, KVH), step.offset, kr);
+    write_positions(kr, kc, KVH, L, D, C, step.slot);
+    write_positions(vp + b * static_cast<int64_t>(KVH) * L * Dv, vc, KVH, L, Dv, C, step.slot);
+    if (q_row > 0) rope_into(spec.rope, freqs, row(qp, whole.qs, H), step.offset, qr);
+    if (static_cast<int64_t>(L) * H * Dv == 0) continue;
+    kern::AttnArgs a{};
+    a.q = qr;
+    a.qs[3] = 1;
+    a.qs[2] = D;
+    a.qs[1] = static_cast<int64_t>(L) * D;
+    a.qs[0] = a.qs[1] * H;
+    a.k = kc;
+    a.ks[3] = 1;
+    a.ks[2] = D;
+    a.ks[1] = static_cast<int64_t>(C) * D;
+    a.ks[0] = a.ks[1] * KVH;
+    a.v = vc;
+    a.vs[3] = 1;
+    a.vs[2] = Dv;
+    a.vs[1] = static_cast<int64_t>(C) * Dv;
+    a.vs[0] = a.vs[1] * KVH;
+    a.B = 1;
+    a.H = H;
+    a.KVH = KVH;
+    a.Lq = L;
+    a.Lk = step.visible;
+    a.D = D;
+    a.Dv = Dv;
+    a.scale = spec.scale;
+    a.causal = step.causal;
+    a.mask_kind = kern::MaskKind::None;
+    output_strides(a, HeadLayout::Merged);
+    a.out = out[0].data<float>() + b * a.os[0];
+    kern::table().attention(a);
+  }
 }
 
 }  // namespace
@@ -141,9 +166,11 @@ void Attention::eval_cpu(const std::vector<array>& inputs, array& out) {
          [spec = spec_](std::vector<array>& in, array& out) { run_attention(spec, in, out); });
 }
 
-std::vector<mx::Shape> CachedAttention::shapes(const std::vector<array>& in) {
+std::vector<mx::Shape> CachedAttention::shapes(const std::vector<array>& in, int rows) {
   const array &q = in[0], &v = in[2];
-  return {{q.shape(0), q.shape(2), q.shape(1) * v.shape(3)}, in[3].shape(), in[4].shape()};
+  std::vector<mx::Shape> out{{q.shape(0), q.shape(2), q.shape(1) * v.shape(3)}};
+  for (int i = 0; i < 2 * rows; ++i) out.push_back(in[3 + i].shape());
+  return out;
 }
 
 void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
@@ -156,14 +183,15 @@ void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<arr
     for (auto& out : outputs)
       if (&out.inputs() != &inputs) out.inputs().clear();
   }
-  // The buffers are written in place when this node holds their only
-  // reference (as MLX's SliceUpdate does); otherwise the task copies them.
-  bool donated[2];
-  for (int c = 0; c < 2; ++c) {
-    const array& buf = inputs[3 + c];
-    array& out = outputs[1 + c];
-    donated[c] = buf.is_donatable() && buf.flags().row_contiguous && buf.data_size() == buf.size();
-    if (donated[c]) {
+  // Each buffer is written in place when this node holds its only reference
+  // (as MLX's SliceUpdate does); otherwise the task copies it.
+  const size_t buffers = 2 * spec_.rows.size();
+  std::vector<bool> donated(buffers);
+  for (size_t i = 0; i < buffers; ++i) {
+    const array& buf = inputs[3 + i];
+    array& out = outputs[1 + i];
+    donated[i] = buf.is_donatable() && buf.flags().row_contiguous && buf.data_size() == buf.size();
+    if (donated[i]) {
       out.copy_shared_buffer(buf);
     } else {
       out.set_data(mx::allocator::malloc(out.nbytes()));
@@ -171,9 +199,8 @@ void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<arr
   }
   outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
   dispatch_multi(*this, inputs, outputs,
-                 [spec = spec_, keep_k = donated[0], keep_v = donated[1]](std::vector<array>& ins,
-                                                                         std::vector<array>& outs) {
-                   run_cached(spec, keep_k, keep_v, ins, outs);
+                 [spec = spec_, keep = std::move(donated)](std::vector<array>& ins, std::vector<array>& outs) {
+                   run_cached(spec, keep, ins, outs);
                  });
 }
 

@@ -61,36 +61,41 @@ class Attention : public UnaryNode {
 
 /// One sequence's part of a cached attention step.
 struct CacheStep {
-  int offset = 0;   // position of the first query and key (RoPE)
+  int offset = 0;   // position of the row's first query and key (RoPE)
   int slot = 0;     // first buffer position written
   int visible = 0;  // buffer positions attended over, [0, visible)
   bool causal = false;  // query i sees up to visible - L + i (slot + L == visible)
   bool operator==(const CacheStep&) const = default;
 };
 
-/// One attention step over a layer's KV cache. Inputs q `[B, H, L, D]`, k
-/// `[B, KVH, L, D]`, v `[B, KVH, L, Dv]` (not yet rotated), the cache buffers
-/// kc `[B, KVH, C, D]` and vc `[B, KVH, C, Dv]` [, rope wavelengths];
-/// outputs the attention with heads merged, `[B, L, H · Dv]`, and the
-/// buffers with this step's rotated keys and values written at positions
-/// slot..slot+L. What would be two rope nodes, two slice updates, two slices
-/// and an attention node (and the merge) in MLX's graph.
+/// One attention step over the KV caches of B sequences. Inputs q
+/// `[B, H, L, D]`, k `[B, KVH, L, D]`, v `[B, KVH, L, Dv]` (not yet rotated),
+/// then per row b its cache buffers kc_b `[1, KVH, C_b, D]` and vc_b
+/// `[1, KVH, C_b, Dv]`, [then the rope wavelengths]; outputs the attention
+/// with heads merged, `[B, L, H · Dv]`, then per row its buffers with the
+/// row's rotated keys and values written at positions slot..slot+L. Row b
+/// attends over positions [0, visible) of its own buffers. What would be,
+/// per row, two rope nodes, two slice updates, two slices and an attention
+/// node (and the merge) in MLX's graph. Each row runs exactly the kernels it
+/// would run alone (batch 1), so its bits do not depend on the other rows.
 struct CachedAttentionSpec {
   RopeConfig rope;
-  CacheStep step;
+  std::vector<CacheStep> rows;
   float scale = 1.0f;
   bool operator==(const CachedAttentionSpec&) const = default;
 };
 
 class CachedAttention : public MultiNode {
  public:
-  CachedAttention(mx::Stream s, CachedAttentionSpec spec) : MultiNode(s), spec_(spec) {}
+  CachedAttention(mx::Stream s, CachedAttentionSpec spec) : MultiNode(s), spec_(std::move(spec)) {}
   const char* name() const override { return "MlxcelCachedAttention"; }
   bool is_equivalent(const mx::Primitive& o) const override {
     return spec_ == static_cast<const CachedAttention&>(o).spec_;
   }
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override { return shapes(in); }
-  static std::vector<mx::Shape> shapes(const std::vector<mx::array>& in);
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override {
+    return shapes(in, static_cast<int>(spec_.rows.size()));
+  }
+  static std::vector<mx::Shape> shapes(const std::vector<mx::array>& in, int rows);
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
 
  private:

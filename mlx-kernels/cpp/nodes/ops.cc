@@ -3,6 +3,7 @@
 // between nodes are fusion.cc's; this file only calls them.
 #include "mlxcel-mlx/cpp/nodes/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -304,60 +305,85 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
 }
 
 std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
-                                        const RopeSpec& rope, int offset, const CacheSlot& cache, float scale,
+                                        const RopeSpec& rope, const std::vector<CacheRow>& rows, float scale,
                                         Path path) {
-  const auto &kc = cache.keys, &vc = cache.values;
   // Shapes are checked on every path: a mismatch is a caller's bug, not a
   // case for MLX's ops.
   auto fail = [](const std::string& why) { throw std::invalid_argument("cached_attention: " + why); };
-  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || kc.ndim() != 4 || vc.ndim() != 4)
-    fail("q, k, v and the cache buffers must be [batch, heads, positions, dim]");
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) fail("q, k and v must be [batch, heads, positions, dim]");
   const int B = q.shape(0), H = q.shape(1), L = q.shape(2), D = q.shape(3), KVH = k.shape(1), Dv = v.shape(3);
   if (k.shape() != mx::Shape{B, KVH, L, D} || v.shape(0) != B || v.shape(1) != KVH || v.shape(2) != L)
     fail("queries " + shape_str(q.shape()) + ", keys " + shape_str(k.shape()) + " and values " +
          shape_str(v.shape()) + " do not match");
   if (KVH == 0 || H % KVH != 0) fail("query heads must be a multiple of key/value heads");
-  const int C = kc.shape(2);
-  if (kc.shape() != mx::Shape{B, KVH, C, D} || vc.shape() != mx::Shape{B, KVH, C, Dv})
-    fail("cache buffers " + shape_str(kc.shape()) + "/" + shape_str(vc.shape()) + " do not hold keys " +
-         shape_str(k.shape()) + " and values " + shape_str(v.shape()));
-  if (cache.slot < 0 || cache.slot + L > C)
-    fail("positions " + std::to_string(cache.slot) + ".." + std::to_string(cache.slot + L) +
-         " do not fit a buffer of " + std::to_string(C));
-  if (cache.visible < 1 || cache.visible > C)
-    fail(std::to_string(cache.visible) + " visible positions in a buffer of " + std::to_string(C));
-  if (cache.causal && cache.slot + L != cache.visible)
-    fail("a causal step must write the last of the visible positions");
+  if (rows.empty() || static_cast<int>(rows.size()) != B)
+    fail(std::to_string(rows.size()) + " cache rows for a batch of " + std::to_string(B));
+  for (const auto& row : rows) {
+    const auto &kc = row.keys, &vc = row.values;
+    if (kc.ndim() != 4 || vc.ndim() != 4) fail("the cache buffers must be [1, heads, positions, dim]");
+    const int C = kc.shape(2);
+    if (kc.shape() != mx::Shape{1, KVH, C, D} || vc.shape() != mx::Shape{1, KVH, C, Dv})
+      fail("cache buffers " + shape_str(kc.shape()) + "/" + shape_str(vc.shape()) + " do not hold a row of keys " +
+           shape_str(k.shape()) + " and values " + shape_str(v.shape()));
+    if (row.slot < 0 || row.slot + L > C)
+      fail("positions " + std::to_string(row.slot) + ".." + std::to_string(row.slot + L) +
+           " do not fit a buffer of " + std::to_string(C));
+    if (row.visible < 1 || row.visible > C)
+      fail(std::to_string(row.visible) + " visible positions in a buffer of " + std::to_string(C));
+    if (row.causal && row.slot + L != row.visible) fail("a causal step must write the last of the visible positions");
+  }
 
   auto s = default_stream();
+  // MLX's ops, row by row (a slice of the batch, unless it is one row).
   auto unfused = [&](Path parts) {
-    auto qr = fast::rope(q, rope, offset, parts);
-    auto kr = fast::rope(k, rope, offset, parts);
-    const int end = cache.slot + L;
-    const mx::Shape at{0, 0, cache.slot, 0}, origin{0, 0, 0, 0};
-    auto kc2 = mx::slice_update(kc, kr, at, mx::Shape{B, KVH, end, D});
-    auto vc2 = mx::slice_update(vc, v, at, mx::Shape{B, KVH, end, Dv});
-    auto ks = mx::slice(kc2, origin, mx::Shape{B, KVH, cache.visible, D});
-    auto vs = mx::slice(vc2, origin, mx::Shape{B, KVH, cache.visible, Dv});
-    auto o = sdpa(qr, ks, vs, scale, cache.causal ? MaskMode::Causal : MaskMode::None, std::nullopt, parts);
-    return std::vector<array>{merge_heads(o, parts), kc2, vc2};
+    const mx::Shape origin{0, 0, 0, 0};
+    auto row_of = [&](const array& a, int b) {
+      if (B == 1) return a;
+      return mx::slice(a, {b, 0, 0, 0}, {b + 1, a.shape(1), a.shape(2), a.shape(3)});
+    };
+    std::vector<array> outs, result{q};  // result[0] is replaced by the output
+    for (int b = 0; b < B; ++b) {
+      const auto& row = rows[b];
+      auto qr = fast::rope(row_of(q, b), rope, row.offset, parts);
+      auto kr = fast::rope(row_of(k, b), rope, row.offset, parts);
+      const int end = row.slot + L;
+      const mx::Shape at{0, 0, row.slot, 0};
+      auto kc2 = mx::slice_update(row.keys, kr, at, mx::Shape{1, KVH, end, D});
+      auto vc2 = mx::slice_update(row.values, row_of(v, b), at, mx::Shape{1, KVH, end, Dv});
+      auto ks = mx::slice(kc2, origin, mx::Shape{1, KVH, row.visible, D});
+      auto vs = mx::slice(vc2, origin, mx::Shape{1, KVH, row.visible, Dv});
+      auto o = sdpa(qr, ks, vs, scale, row.causal ? MaskMode::Causal : MaskMode::None, std::nullopt, parts);
+      outs.push_back(merge_heads(o, parts));
+      result.push_back(kc2);
+      result.push_back(vc2);
+    }
+    result[0] = B == 1 ? outs[0] : mx::concatenate(outs, 0);
+    return result;
   };
   std::string why;
+  auto f32 = [](const array& a) { return a.dtype() == mx::float32; };
   if (s.device != mx::Device::cpu) {
     why = kNotCpu;
-  } else if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32 ||
-             kc.dtype() != mx::float32 || vc.dtype() != mx::float32) {
+  } else if (!f32(q) || !f32(k) || !f32(v) ||
+             !std::all_of(rows.begin(), rows.end(), [&](const CacheRow& r) { return f32(r.keys) && f32(r.values); })) {
     why = "q, k, v and the cache buffers must be float32";
   } else {
-    why = rope_unsupported(q, rope, offset);
+    for (const auto& row : rows)
+      if (why.empty()) why = rope_unsupported(q, rope, row.offset);
   }
   if (!use_kernel(path, "cached_attention", why)) return unfused(path);
-  std::vector<array> inputs{q, k, v, kc, vc};
+  std::vector<array> inputs{q, k, v};
+  CachedAttentionSpec spec{rope_config(rope), {}, scale};
+  for (const auto& row : rows) {
+    inputs.push_back(row.keys);
+    inputs.push_back(row.values);
+    spec.rows.push_back(CacheStep{row.offset, row.slot, row.visible, row.causal});
+  }
   if (rope.freqs) inputs.push_back(*rope.freqs);
-  auto shapes = CachedAttention::shapes(inputs);
-  CachedAttentionSpec spec{rope_config(rope), CacheStep{offset, cache.slot, cache.visible, cache.causal}, scale};
-  return array::make_arrays(std::move(shapes), {mx::float32, mx::float32, mx::float32},
-                            std::make_shared<CachedAttention>(s, spec), std::move(inputs));
+  auto shapes = CachedAttention::shapes(inputs, B);
+  std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
+  return array::make_arrays(std::move(shapes), dtypes, std::make_shared<CachedAttention>(s, std::move(spec)),
+                            std::move(inputs));
 }
 
 mx::array merge_heads(const mx::array& x, Path path) {

@@ -74,24 +74,28 @@ mx::array rope(const mx::array& x, const RopeSpec& rope, int offset, Path path);
 mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale, MaskMode mask_mode,
                const std::optional<mx::array>& mask, Path path);
 
-/// Where one attention step's keys and values go in a layer's cache buffers
-/// (`[B, KVH, capacity, D]` and `[.., Dv]`) and which positions its queries see.
-struct CacheSlot {
+/// One sequence of a cached attention step: its cache buffers (`[1, KVH,
+/// capacity, D]` and `[.., Dv]`), where its keys and values go and which
+/// positions its queries see.
+struct CacheRow {
   mx::array keys;
   mx::array values;
-  int slot;      // first position written
+  int offset;    // position of the row's first query and key (RoPE)
+  int slot;      // first buffer position written
   int visible;   // the queries attend over positions [0, visible)
   bool causal;   // query i sees positions up to visible - L + i (needs slot + L == visible)
 };
 
-/// One attention step over a KV cache: rotates q `[B, H, L, D]` and k `[B,
-/// KVH, L, D]` for positions `offset..`, writes the rotated keys and v into
-/// the cache buffers at `slot` and attends the queries over the visible
-/// positions. Returns `{out [B, L, H * Dv], keys', values'}`. On the CPU one
-/// node that updates the buffers in place when nothing else holds them;
-/// elsewhere MLX's rope, slice_update and attention.
+/// One attention step over the KV caches of a batch, one row per sequence:
+/// rotates row b of q `[B, H, L, D]` and k `[B, KVH, L, D]` for positions
+/// `rows[b].offset..`, writes its rotated keys and its v into its buffers at
+/// `rows[b].slot` and attends its queries over the visible positions.
+/// Returns `{out [B, L, H * Dv], keys'_0, values'_0, keys'_1, ...}`. On the
+/// CPU one node that updates each buffer in place when nothing else holds
+/// it; elsewhere, per row, MLX's rope, slice_update and attention. Either
+/// way each row's bits are those of the row alone.
 std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, const mx::array& v,
-                                        const RopeSpec& rope, int offset, const CacheSlot& cache, float scale,
+                                        const RopeSpec& rope, const std::vector<CacheRow>& rows, float scale,
                                         Path path);
 
 /// `[B, H, L, D]` attention output as `[B, L, H * D]` for the output
