@@ -180,7 +180,10 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
   constexpr int CH = GS / SPAN;
   constexpr int GBYTES = GS * BITS / 8;
   constexpr bool LUT = BITS == 4 && S::kLut16;
-  constexpr int NA = MM == 1 ? 2 : 1;  // accumulators per (row, x row): two halve the FMA chains
+  // Accumulators per (row, x row): two halve the FMA chains. Two for every
+  // MM, so that a row of x gets the same sums whichever other rows share
+  // its call (batch invariance: a sequence's bits do not depend on its batch).
+  constexpr int NA = 2;
   const int K = a.K, G = K / GS;
   const int64_t row_bytes = static_cast<int64_t>(K) * BITS / 8;
   const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
@@ -269,7 +272,7 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
   }
   for (int r = 0; r < R; ++r) {
     for (int m = 0; m < MM; ++m) {
-      float y = S::hsum(NA == 2 ? S::add(tot[r][m][0], tot[r][m][NA - 1]) : tot[r][m][0]);
+      float y = S::hsum(S::add(tot[r][m][0], tot[r][m][1]));
       if constexpr (!LUT) y += dot(bi + r * G, xs + m * G, G);
       out[static_cast<int64_t>(m) * a.ldo + n + r] = y;
     }
@@ -744,7 +747,9 @@ void qgemm(const QmmArgs& a) {
 
 template <int BITS>
 void qmm_multi_bits(const QmmArgs* args, int count) {
-  if (args[0].M <= kQmvMaxM) {
+  // The matvec computes each row of x on its own (in runs of kQmvMaxM rows),
+  // so a row's bits do not depend on M; the GEMM's do differ from it.
+  if (args[0].M <= kQmvMaxM || args[0].row_invariant) {
     qmv_multi<BITS>(args, count);
     return;
   }

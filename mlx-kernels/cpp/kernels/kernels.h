@@ -95,6 +95,10 @@ struct QmmArgs {
   int64_t ldo;
   int M, N, K, group_size, bits;
   int scale_type;  // ScaleType of scales and biases
+  /// Each row of x is one sequence's (a decode step of a batch): compute
+  /// every row exactly as if it were alone, whatever M (the matvec path in
+  /// runs of at most 8 rows, never the GEMM). Otherwise M > 8 takes the GEMM.
+  bool row_invariant;
 };
 
 /// Rotary embedding of `x [A, B, L, D]` (element strides sa, sb, sl; the last

@@ -109,6 +109,10 @@ RopeConfig rope_config(const RopeSpec& rope) {
   return RopeConfig{rope.dims, rope.traditional, rope.base, rope.scale, rope.freqs.has_value()};
 }
 
+// Whether x `[B, 1, K]` holds one position per sequence (a decode step of a
+// batch): its product must give each row the bits it gets alone.
+bool one_position_per_sequence(const array& x) { return x.ndim() == 3 && x.shape(1) == 1; }
+
 // The inputs of a product node: x [, norm weight], (codes, scales, biases)...
 std::vector<array> product_inputs(const ProductInput& px, const std::vector<QuantizedWeight>& ws) {
   std::vector<array> inputs{px.x};
@@ -162,7 +166,7 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
   std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, ws, group_size, bits) : kNotCpu;
   if (!use_kernel(path, "quantized_linear_multi", why)) return mlx_op();
   auto px = absorb_norm(x);
-  ProductSpec spec{{group_size, bits}, heads, px.prologue, Epilogue::None};
+  ProductSpec spec{{group_size, bits}, heads, px.prologue, Epilogue::None, one_position_per_sequence(x)};
   auto inputs = product_inputs(px, ws);
   auto shapes = QuantizedProduct::shapes(inputs, spec);
   std::vector<mx::Dtype> dtypes(ws.size(), mx::float32);
@@ -191,7 +195,7 @@ mx::array quantized_gated_linear(kern::Activation act, const mx::array& x, const
   auto px = absorb_norm(x);
   auto shape = x.shape();
   shape.back() = gate.w.shape(0);
-  GatedSpec spec{{group_size, bits}, act, px.prologue};
+  GatedSpec spec{{group_size, bits}, act, px.prologue, one_position_per_sequence(x)};
   return array(std::move(shape), mx::float32, std::make_shared<QuantizedGatedProduct>(s, spec),
                product_inputs(px, {gate, up}));
 }

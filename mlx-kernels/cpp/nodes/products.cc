@@ -12,7 +12,7 @@ namespace {
 // Runs the products of `in` (inputs as ProductSpec lays them out) into
 // `dst[i]` (plain [M, N_i] layout each); returns the row count M.
 int run_products(std::vector<array>& in, const std::optional<RmsNormParams>& prologue, QuantSpec quant,
-                 const std::vector<float*>& dst) {
+                 bool row_invariant, const std::vector<float*>& dst) {
   const array& x = in[0];
   const bool norm_weight = prologue && prologue->weight;
   const int first = 1 + (norm_weight ? 1 : 0);
@@ -48,6 +48,7 @@ int run_products(std::vector<array>& in, const std::optional<RmsNormParams>& pro
     a.K = K;
     a.group_size = quant.group_size;
     a.bits = quant.bits;
+    a.row_invariant = row_invariant;
     if (K == 0) std::memset(dst[i], 0, static_cast<size_t>(M) * a.N * sizeof(float));
   }
   if (K > 0 && M > 0) kern::table().qmm_multi(args.data(), n);
@@ -69,7 +70,7 @@ void run_product(const ProductSpec& spec, std::vector<array>& in, std::vector<ar
       dst[i] = out[i].data<float>();
     }
   }
-  const int M = run_products(in, spec.prologue, spec.quant, dst);
+  const int M = run_products(in, spec.prologue, spec.quant, spec.row_invariant, dst);
   if (spec.epilogue == Epilogue::AddResidual) {
     // out[0] is [M, N] (plain layout): add r row by row, one rounding per
     // element as MLX's add.
@@ -134,7 +135,7 @@ void QuantizedGatedProduct::eval_cpu(const std::vector<array>& inputs, array& ou
     const size_t count = out.size();
     float* g = kern::scratch(kern::kScratchShared, 2 * count);
     float* u = g + count;
-    const int M = run_products(in, spec.prologue, spec.quant, {g, u});
+    const int M = run_products(in, spec.prologue, spec.quant, spec.row_invariant, {g, u});
     if (M == 0 || N == 0) return;
     kern::GateArgs ga{g, N, u, N, out.data<float>(), M, N, spec.act};
     kern::table().gate(ga);

@@ -31,6 +31,9 @@ struct ProductSpec {
   std::optional<RmsNormParams> prologue;
   /// `AddResidual`: one output in the plain layout, plus the last input.
   Epilogue epilogue = Epilogue::None;
+  /// x holds one position per sequence (`[B, 1, K]`, a decode step): every
+  /// row is computed as if it were alone, whatever B (kern::QmmArgs).
+  bool row_invariant = false;
   bool operator==(const ProductSpec&) const = default;
 
   /// Index of weight i's codes among the inputs.
@@ -45,6 +48,8 @@ struct GatedSpec {
   QuantSpec quant;
   kern::Activation act = kern::Activation::Silu;
   std::optional<RmsNormParams> prologue;
+  /// As ProductSpec's.
+  bool row_invariant = false;
   bool operator==(const GatedSpec&) const = default;
 };
 

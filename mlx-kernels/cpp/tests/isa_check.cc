@@ -181,6 +181,34 @@ void check_qmm(const Table& t, bool int16_build) {
   }
 }
 
+void check_exact(const char* isa, const std::string& what, const std::vector<float>& got,
+                 const std::vector<float>& want);
+
+// Batch invariance: with `row_invariant` (a decode batch) each row of x gets
+// exactly the bits it gets alone, whatever M (docs/kernels.md "Batch
+// invariance").
+void check_row_invariance(const Table& t) {
+  for (int bits : {2, 4, 5, 8}) {
+    const int K = 256, N = 29;
+    QMatrix q = qmatrix(N, K, 64, bits, kScaleF32);
+    for (int M : {2, 9, 17}) {
+      std::vector<float> x = normal(static_cast<size_t>(M) * K), out;
+      QmmArgs a = qmm_args(q, x, M, out);
+      a.row_invariant = true;
+      t.qmm(a);
+      for (int m = 0; m < M; ++m) {
+        std::vector<float> xm(x.begin() + static_cast<int64_t>(m) * K, x.begin() + static_cast<int64_t>(m + 1) * K), one;
+        QmmArgs b = qmm_args(q, xm, 1, one);
+        t.qmm(b);
+        const std::vector<float> row(out.begin() + static_cast<int64_t>(m) * N, out.begin() + static_cast<int64_t>(m + 1) * N);
+        check_exact(t.name, "row-invariant qmm bits=" + std::to_string(bits) + " M=" + std::to_string(M) + " row " +
+                                std::to_string(m),
+                    row, one);
+      }
+    }
+  }
+}
+
 void check_close(const char* isa, const std::string& what, const std::vector<float>& got,
                  const std::vector<double>& ref, double rel, double abs_tol) {
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -377,6 +405,7 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     set_pool_threads(threads);
     check_qmm(t, isa == Isa::Avx512Vnni);
+    check_row_invariance(t);
     check_rms_norm(t);
     check_rope(t);
     check_gather(t);
