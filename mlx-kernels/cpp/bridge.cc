@@ -337,6 +337,11 @@ ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, floa
   return wrap(mx::addmm(c.inner, a.inner, b.inner, alpha, beta));
 }
 
+ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices,
+                   std::unique_ptr<Array> rhs_indices, bool sorted_indices) {
+  return wrap(mx::gather_mm(a.inner, b.inner, opt(lhs_indices), opt(rhs_indices), sorted_indices));
+}
+
 ArrayPtr reshape(const Array& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.inner, to_shape(shape))); }
 
 ArrayPtr transpose(const Array& a, rust::Slice<const int32_t> axes) {
@@ -458,6 +463,13 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
                           bool transpose, int32_t group_size, int32_t bits, QuantMode mode) {
   return wrap(mx::quantized_matmul(x.inner, w.inner, scales.inner, opt(biases), transpose, group_size, bits,
                                    mode_name(mode)));
+}
+
+ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
+                    std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose,
+                    int32_t group_size, int32_t bits, QuantMode mode, bool sorted_indices) {
+  return wrap(mx::gather_qmm(x.inner, w.inner, scales.inner, opt(biases), opt(lhs_indices), opt(rhs_indices),
+                             transpose, group_size, bits, mode_name(mode), std::nullopt, sorted_indices));
 }
 
 

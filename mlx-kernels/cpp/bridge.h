@@ -77,6 +77,7 @@ ArrayPtr cumsum(const Array& a, int32_t axis, bool reverse, bool inclusive);
 
 // Linear algebra.
 ArrayPtr matmul(const Array& a, const Array& b);
+ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool sorted_indices);
 ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, float beta);
 
 // Shape and layout.
@@ -119,6 +120,7 @@ ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Arra
 std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, QuantMode mode);
 ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, QuantMode mode, Dtype dtype, bool scales_dtype);
 ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, QuantMode mode);
+ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose, int32_t group_size, int32_t bits, QuantMode mode, bool sorted_indices);
 
 // mlxcel's kernels (cpp/nodes/ops.h), on the path the caller asks for.
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, fast::Path path);

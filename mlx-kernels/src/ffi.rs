@@ -237,6 +237,13 @@ pub(crate) mod bridge {
         fn cumsum(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> Result<UniquePtr<Array>>;
 
         fn matmul(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        fn gather_mm(
+            a: &Array,
+            b: &Array,
+            lhs_indices: UniquePtr<Array>,
+            rhs_indices: UniquePtr<Array>,
+            sorted_indices: bool,
+        ) -> Result<UniquePtr<Array>>;
         fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<UniquePtr<Array>>;
 
         fn reshape(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
@@ -330,6 +337,21 @@ pub(crate) mod bridge {
             group_size: i32,
             bits: i32,
             mode: QuantMode,
+        ) -> Result<UniquePtr<Array>>;
+
+        #[allow(clippy::too_many_arguments)]
+        fn gather_qmm(
+            x: &Array,
+            w: &Array,
+            scales: &Array,
+            biases: UniquePtr<Array>,
+            lhs_indices: UniquePtr<Array>,
+            rhs_indices: UniquePtr<Array>,
+            transpose: bool,
+            group_size: i32,
+            bits: i32,
+            mode: QuantMode,
+            sorted_indices: bool,
         ) -> Result<UniquePtr<Array>>;
 
         // mlxcel's kernels (cpp/nodes/ops.h).

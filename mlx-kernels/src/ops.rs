@@ -266,6 +266,24 @@ impl Array {
         wrap("matmul", bridge::matmul(&self.inner, &other.inner))
     }
 
+    /// Matrix products of gathered matrices (MLX's `gather_mm`, a
+    /// mixture-of-experts layer's expert products): `self [.., M, K]` and
+    /// `b [.., K, N]` are stacks of matrices; product i multiplies
+    /// `self`'s matrix `lhs_indices[i]` by `b`'s matrix `rhs_indices[i]`
+    /// (integer indices into the flattened leading dimensions; `None` takes
+    /// them in order, as a batched matmul). The result is
+    /// `[..broadcast(lhs, rhs shapes), M, N]`. `sorted_indices` promises
+    /// `rhs_indices` ascending (MLX may then group the products per matrix).
+    pub fn gather_mm(
+        &self,
+        b: &Array,
+        lhs_indices: Option<&Array>,
+        rhs_indices: Option<&Array>,
+        sorted_indices: bool,
+    ) -> Result<Array> {
+        wrap("gather_mm", bridge::gather_mm(&self.inner, &b.inner, opt(lhs_indices), opt(rhs_indices), sorted_indices))
+    }
+
     /// `beta * c + alpha * (a @ b)`.
     pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<Array> {
         wrap("addmm", bridge::addmm(&c.inner, &a.inner, &b.inner, alpha, beta))
@@ -513,6 +531,37 @@ impl Quantized {
                 self.mode.ffi(),
                 dtype.unwrap_or(Dtype::F32).ffi(),
                 dtype.is_none(),
+            ),
+        )
+    }
+
+    /// [`Array::gather_mm`] against quantized matrices (MLX's `gather_qmm`):
+    /// `self` is a stack of quantized matrices `[.., N, K]` (experts), and
+    /// product i is x's matrix `lhs_indices[i]` times `self`'s matrix
+    /// `rhs_indices[i]`, transposed with `transpose` (`x @ W_eᵀ`, the usual
+    /// layout) or not (`x @ W_e`).
+    pub fn gather_matmul(
+        &self,
+        x: &Array,
+        lhs_indices: Option<&Array>,
+        rhs_indices: Option<&Array>,
+        transpose: bool,
+        sorted_indices: bool,
+    ) -> Result<Array> {
+        wrap(
+            "gather_qmm",
+            bridge::gather_qmm(
+                &x.inner,
+                &self.weight.inner,
+                &self.scales.inner,
+                opt(self.biases.as_ref()),
+                opt(lhs_indices),
+                opt(rhs_indices),
+                transpose,
+                self.group_size,
+                self.bits,
+                self.mode.ffi(),
+                sorted_indices,
             ),
         )
     }
