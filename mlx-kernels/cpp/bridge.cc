@@ -1,7 +1,8 @@
 // Thin wrappers from the cxx bridge to MLX's C++ API. Each wrapper converts the
-// bridge's plain types (slices, codes) to MLX's and back; validation that MLX
-// does not do itself (and that would otherwise read out of bounds) is done here
-// and reported as an exception, which cxx turns into a Rust `Err`.
+// bridge's plain types (slices, the shared enums of src/ffi.rs) to MLX's and
+// back; validation that MLX does not do itself (and that would otherwise read
+// out of bounds) is done here and reported as an exception, which cxx turns
+// into a Rust `Err`.
 #include "mlxcel-mlx/cpp/bridge.h"
 
 #include <algorithm>
