@@ -7,17 +7,30 @@
 
 use std::path::PathBuf;
 
-/// The CPU kernels (cpp/kernels/): one file per ISA, each compiled with its
-/// own `#pragma GCC target`, so no global -march flag is needed or used.
+/// The CPU kernels (cpp/kernels/, MLX-free: `make isa-check` builds them
+/// without MLX): one file per ISA, each compiled with its own `#pragma GCC
+/// target`, so no global -march flag is needed or used.
 const KERNEL_SOURCES: [&str; 8] = [
     "cpp/kernels/pool.cc",
     "cpp/kernels/dispatch.cc",
-    "cpp/kernels/primitives.cc",
+    "cpp/kernels/mlx_math.cc",
     "cpp/kernels/isa_scalar.cc",
     "cpp/kernels/isa_avx2.cc",
     "cpp/kernels/isa_avx512.cc",
     "cpp/kernels/isa_avx512vnni.cc",
     "cpp/kernels/isa_neon.cc",
+];
+
+/// The kernels as MLX graph nodes (cpp/nodes/): launching, the node kinds,
+/// the fusion rules, inline evaluation and the operations the bridge calls.
+const NODE_SOURCES: [&str; 7] = [
+    "cpp/nodes/launch.cc",
+    "cpp/nodes/products.cc",
+    "cpp/nodes/norm_rope.cc",
+    "cpp/nodes/attention.cc",
+    "cpp/nodes/fusion.cc",
+    "cpp/nodes/inline_eval.cc",
+    "cpp/nodes/ops.cc",
 ];
 
 fn main() {
@@ -48,6 +61,7 @@ fn main() {
     cxx_build::bridge("src/ffi.rs")
         .file("cpp/bridge.cc")
         .files(KERNEL_SOURCES)
+        .files(NODE_SOURCES)
         .std("c++20")
         .include(&include)
         .flag_if_supported("-Wno-unused-parameter")

@@ -20,7 +20,7 @@ command -v "${cxx[0]}" >/dev/null || { echo "isa-check: ${cxx[0]} missing (run m
 [ ${#run[@]} -eq 0 ] || command -v "${run[0]}" >/dev/null || { echo "isa-check: ${run[0]} missing (run make setup)" >&2; exit 1; }
 
 kernels=$root/mlx-kernels/cpp/kernels
-sources=("$root/mlx-kernels/cpp/tests/isa_check.cc" "$kernels"/pool.cc "$kernels"/dispatch.cc "$kernels"/isa_*.cc)
+sources=("$root/mlx-kernels/cpp/tests/isa_check.cc" "$kernels"/pool.cc "$kernels"/dispatch.cc "$kernels"/mlx_math.cc "$kernels"/isa_*.cc)
 # The flags build.rs compiles the kernels with.
 "${cxx[@]}" -std=c++20 -O2 -ffp-contract=off -pthread -I"$out/include" -o "$out/isa_check_arm64" "${sources[@]}"
 for isa in neon scalar; do

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{ArgAction, Parser, Subcommand};
-use mlxcel_mlx::{Device, device};
+use mlxcel_mlx::Device;
+use mlxcel_mlx::settings::{self, Settings};
 
 /// Runs large language models from compiled `.mlxb` bundles on MLX.
 #[derive(Parser)]
@@ -27,7 +28,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// List the compute devices of the linked MLX and which one mlxcel uses
-    /// (MLXCEL_DEVICE=cpu|gpu|auto overrides the choice).
+    /// (MLXCEL_DEVICE=cpu|gpu|auto overrides the choice; README.md lists
+    /// every MLXCEL_ variable).
     Devices,
     /// Show what a bundle holds: format, provenance, model, tokenizer, tensor
     /// summary and artifacts per target (validates the structure, not every byte).
@@ -55,35 +57,36 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-fn version_text() -> Result<String> {
-    let device = device::requested_device().context("choosing the default device")?;
-    Ok(format!(
+fn version_text(device: Device) -> String {
+    format!(
         "mlxcel {}\nMLX {}\ndefault device: {} ({})",
         env!("CARGO_PKG_VERSION"),
         mlxcel_mlx::mlx_version(),
         device,
         device.description()
-    ))
+    )
 }
 
-fn devices() -> Result<()> {
-    let chosen = device::requested_device().context("choosing the default device")?;
+fn devices(chosen: Device) -> Result<()> {
     for d in [Device::Cpu, Device::Gpu] {
         let mark = if d == chosen { "*" } else { " " };
         let state = if d.is_available() { d.description() } else { "not available in this MLX build".to_string() };
         println!("{mark} {:<4} {state}", d.name());
     }
-    println!("(* = used by default; set {} to cpu, gpu or auto)", device::DEVICE_ENV);
+    println!("(* = used by default; set {} to cpu, gpu or auto)", settings::DEVICE);
     Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // The process settings (device, kernel ISA, threads, ...: README.md),
+    // read once from the environment; a bad value stops here, naming it.
+    let device = Settings::from_env(|name| std::env::var(name).ok())?.apply()?;
     if cli.version {
-        println!("{}", version_text()?);
+        println!("{}", version_text(device));
         return Ok(());
     }
     match cli.command {
-        Some(Command::Devices) => devices(),
+        Some(Command::Devices) => devices(device),
         Some(Command::Inspect { bundle, json, tensors }) => {
             let opened =
                 mlxcel_bundle::Bundle::open(&bundle).with_context(|| format!("opening {}", bundle.display()))?;
@@ -97,14 +100,8 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Some(Command::Verify { bundle }) => verify::run(&bundle),
-        Some(Command::Run(args)) => {
-            device::init_from_env().context("choosing the device")?;
-            run::run(args)
-        }
-        Some(Command::Bench(args)) => {
-            device::init_from_env().context("choosing the device")?;
-            bench::bench(args)
-        }
+        Some(Command::Run(args)) => run::run(args),
+        Some(Command::Bench(args)) => bench::bench(args),
         None => Ok(()),
     }
 }

@@ -1,7 +1,8 @@
 // Thin wrappers from the cxx bridge to MLX's C++ API. Each wrapper converts the
-// bridge's plain types (slices, codes) to MLX's and back; validation that MLX
-// does not do itself (and that would otherwise read out of bounds) is done here
-// and reported as an exception, which cxx turns into a Rust `Err`.
+// bridge's plain types (slices, the shared enums of src/ffi.rs) to MLX's and
+// back; validation that MLX does not do itself (and that would otherwise read
+// out of bounds) is done here and reported as an exception, which cxx turns
+// into a Rust `Err`.
 #include "mlxcel-mlx/cpp/bridge.h"
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include "mlx/memory.h"
 #include "mlx/version.h"
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
-#include "mlxcel-mlx/cpp/kernels/primitives.h"
+#include "mlxcel-mlx/cpp/nodes/ops.h"
 #include "mlxcel-mlx/src/ffi.rs.h"
 
 namespace mx = mlx::core;
@@ -22,28 +23,26 @@ namespace mx = mlx::core;
 namespace mlxcel {
 namespace {
 
-// Codes shared with `Dtype` in src/dtype.rs (the order of mx::Dtype::Val).
-mx::Dtype to_dtype(uint8_t code) {
-  switch (code) {
-    case 0: return mx::bool_;
-    case 1: return mx::uint8;
-    case 2: return mx::uint16;
-    case 3: return mx::uint32;
-    case 4: return mx::uint64;
-    case 5: return mx::int8;
-    case 6: return mx::int16;
-    case 7: return mx::int32;
-    case 8: return mx::int64;
-    case 9: return mx::float16;
-    case 10: return mx::float32;
-    case 11: return mx::float64;
-    case 12: return mx::bfloat16;
-    case 13: return mx::complex64;
-    default: throw std::invalid_argument("unknown dtype code " + std::to_string(code));
-  }
+// The bridge's element types (src/ffi.rs `Dtype`) and MLX's, both ways.
+constexpr std::pair<Dtype, mx::Dtype> kDtypes[] = {
+    {Dtype::Bool, mx::bool_},   {Dtype::U8, mx::uint8},       {Dtype::U16, mx::uint16},
+    {Dtype::U32, mx::uint32},   {Dtype::U64, mx::uint64},     {Dtype::I8, mx::int8},
+    {Dtype::I16, mx::int16},    {Dtype::I32, mx::int32},      {Dtype::I64, mx::int64},
+    {Dtype::F16, mx::float16},  {Dtype::F32, mx::float32},    {Dtype::F64, mx::float64},
+    {Dtype::BF16, mx::bfloat16}, {Dtype::Complex64, mx::complex64},
+};
+
+mx::Dtype to_dtype(Dtype d) {
+  for (const auto& [ours, theirs] : kDtypes)
+    if (ours == d) return theirs;
+  throw std::invalid_argument("unknown dtype " + std::to_string(static_cast<int>(d)));
 }
 
-uint8_t from_dtype(mx::Dtype d) { return static_cast<uint8_t>(d.val()); }
+Dtype from_dtype(mx::Dtype d) {
+  for (const auto& [ours, theirs] : kDtypes)
+    if (theirs == d) return ours;
+  throw std::invalid_argument("an MLX dtype the bridge does not know");
+}
 
 mx::Shape to_shape(rust::Slice<const int32_t> s) { return mx::Shape(s.begin(), s.end()); }
 
@@ -62,12 +61,23 @@ std::optional<mx::array> opt(const std::unique_ptr<Array>& a) {
   return std::nullopt;
 }
 
-mx::Device to_device(uint8_t code) {
-  switch (code) {
-    case 0: return mx::Device::cpu;
-    case 1: return mx::Device::gpu;
-    default: throw std::invalid_argument("unknown device code " + std::to_string(code));
+mx::Device to_device(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::Cpu: return mx::Device::cpu;
+    case DeviceKind::Gpu: return mx::Device::gpu;
   }
+  throw std::invalid_argument("unknown device kind " + std::to_string(static_cast<int>(kind)));
+}
+
+// MLX's name of a quantization mode.
+std::string mode_name(QuantMode mode) {
+  switch (mode) {
+    case QuantMode::Affine: return "affine";
+    case QuantMode::Mxfp4: return "mxfp4";
+    case QuantMode::Mxfp8: return "mxfp8";
+    case QuantMode::Nvfp4: return "nvfp4";
+  }
+  throw std::invalid_argument("unknown quantization mode " + std::to_string(static_cast<int>(mode)));
 }
 
 // The bytes `shape` elements of `dt` take; throws on a negative dimension or overflow.
@@ -84,7 +94,7 @@ size_t byte_size(const mx::Shape& shape, mx::Dtype dt) {
 
 }  // namespace
 
-ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype) {
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, Dtype dtype) {
   auto dt = to_dtype(dtype);
   auto sh = to_shape(shape);
   size_t nbytes = byte_size(sh, dt);
@@ -154,7 +164,7 @@ bool borrowing_supported() {
 }
 
 ArrayPtr array_from_shared(rust::Slice<const uint8_t> region, rust::Box<SharedBytes> owner,
-                           rust::Slice<const int32_t> shape, uint8_t dtype) {
+                           rust::Slice<const int32_t> shape, Dtype dtype) {
   if (!borrowing_supported()) throw std::logic_error("this MLX allocator cannot borrow memory");
   auto dt = to_dtype(dtype);
   auto sh = to_shape(shape);
@@ -185,7 +195,7 @@ size_t data_address(const Array& a) {
   return reinterpret_cast<uintptr_t>(c.data<uint8_t>());
 }
 
-ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype) {
+ArrayPtr full(rust::Slice<const int32_t> shape, double value, Dtype dtype) {
   auto dt = to_dtype(dtype);
   // Integers go through int64 so that large values stay exact.
   auto v = mx::issubdtype(dt, mx::integer) ? mx::array(static_cast<int64_t>(value), mx::int64)
@@ -193,7 +203,7 @@ ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype) {
   return wrap(mx::full(to_shape(shape), v, dt));
 }
 
-ArrayPtr arange(double start, double stop, double step, uint8_t dtype) {
+ArrayPtr arange(double start, double stop, double step, Dtype dtype) {
   return wrap(mx::arange(start, stop, step, to_dtype(dtype)));
 }
 
@@ -205,7 +215,7 @@ rust::Vec<int32_t> shape(const Array& a) {
   return out;
 }
 
-uint8_t dtype(const Array& a) { return from_dtype(a.inner.dtype()); }
+Dtype dtype(const Array& a) { return from_dtype(a.inner.dtype()); }
 
 void eval(const Array& a) { mx::eval(a.inner); }
 
@@ -237,84 +247,81 @@ ArrayPtr list_get(const ArrayList& list, size_t index) {
   return wrap(list.items[index]);
 }
 
-// Codes shared with `UnaryOp` in src/ops.rs.
-ArrayPtr unary(uint8_t op, const Array& a) {
+ArrayPtr unary(UnaryOp op, const Array& a) {
   const auto& x = a.inner;
   switch (op) {
-    case 0: return wrap(mx::negative(x));
-    case 1: return wrap(mx::exp(x));
-    case 2: return wrap(mx::log(x));
-    case 3: return wrap(mx::sqrt(x));
-    case 4: return wrap(mx::rsqrt(x));
-    case 5: return wrap(mx::square(x));
-    case 6: return wrap(mx::abs(x));
-    case 7: return wrap(mx::tanh(x));
-    case 8: return wrap(mx::sigmoid(x));
-    case 9: return wrap(mx::erf(x));
-    case 10: return wrap(mx::sin(x));
-    case 11: return wrap(mx::cos(x));
-    case 12: return wrap(mx::floor(x));
-    case 13: return wrap(mx::ceil(x));
-    case 14: return wrap(mx::logical_not(x));
-    case 15: return wrap(mx::log1p(x));
-    case 16: return wrap(mx::reciprocal(x));
-    case 17: return wrap(mx::isnan(x));
-    case 18: return wrap(mx::isinf(x));
-    default: throw std::invalid_argument("unknown unary op code " + std::to_string(op));
+    case UnaryOp::Negative: return wrap(mx::negative(x));
+    case UnaryOp::Exp: return wrap(mx::exp(x));
+    case UnaryOp::Log: return wrap(mx::log(x));
+    case UnaryOp::Sqrt: return wrap(mx::sqrt(x));
+    case UnaryOp::Rsqrt: return wrap(mx::rsqrt(x));
+    case UnaryOp::Square: return wrap(mx::square(x));
+    case UnaryOp::Abs: return wrap(mx::abs(x));
+    case UnaryOp::Tanh: return wrap(mx::tanh(x));
+    case UnaryOp::Sigmoid: return wrap(mx::sigmoid(x));
+    case UnaryOp::Erf: return wrap(mx::erf(x));
+    case UnaryOp::Sin: return wrap(mx::sin(x));
+    case UnaryOp::Cos: return wrap(mx::cos(x));
+    case UnaryOp::Floor: return wrap(mx::floor(x));
+    case UnaryOp::Ceil: return wrap(mx::ceil(x));
+    case UnaryOp::LogicalNot: return wrap(mx::logical_not(x));
+    case UnaryOp::Log1p: return wrap(mx::log1p(x));
+    case UnaryOp::Reciprocal: return wrap(mx::reciprocal(x));
+    case UnaryOp::IsNan: return wrap(mx::isnan(x));
+    case UnaryOp::IsInf: return wrap(mx::isinf(x));
   }
+  throw std::invalid_argument("unknown UnaryOp " + std::to_string(static_cast<int>(op)));
 }
 
-// Codes shared with `BinaryOp` in src/ops.rs.
-ArrayPtr binary(uint8_t op, const Array& a, const Array& b) {
+ArrayPtr binary(BinaryOp op, const Array& a, const Array& b) {
   const auto& x = a.inner;
   const auto& y = b.inner;
   switch (op) {
-    case 0: return wrap(mx::add(x, y));
-    case 1: return wrap(mx::subtract(x, y));
-    case 2: return wrap(mx::multiply(x, y));
-    case 3: return wrap(mx::divide(x, y));
-    case 4: return wrap(mx::maximum(x, y));
-    case 5: return wrap(mx::minimum(x, y));
-    case 6: return wrap(mx::power(x, y));
-    case 7: return wrap(mx::equal(x, y));
-    case 8: return wrap(mx::not_equal(x, y));
-    case 9: return wrap(mx::less(x, y));
-    case 10: return wrap(mx::less_equal(x, y));
-    case 11: return wrap(mx::greater(x, y));
-    case 12: return wrap(mx::greater_equal(x, y));
-    case 13: return wrap(mx::logical_and(x, y));
-    case 14: return wrap(mx::logical_or(x, y));
-    case 15: return wrap(mx::remainder(x, y));
-    case 16: return wrap(mx::floor_divide(x, y));
-    default: throw std::invalid_argument("unknown binary op code " + std::to_string(op));
+    case BinaryOp::Add: return wrap(mx::add(x, y));
+    case BinaryOp::Subtract: return wrap(mx::subtract(x, y));
+    case BinaryOp::Multiply: return wrap(mx::multiply(x, y));
+    case BinaryOp::Divide: return wrap(mx::divide(x, y));
+    case BinaryOp::Maximum: return wrap(mx::maximum(x, y));
+    case BinaryOp::Minimum: return wrap(mx::minimum(x, y));
+    case BinaryOp::Power: return wrap(mx::power(x, y));
+    case BinaryOp::Equal: return wrap(mx::equal(x, y));
+    case BinaryOp::NotEqual: return wrap(mx::not_equal(x, y));
+    case BinaryOp::Less: return wrap(mx::less(x, y));
+    case BinaryOp::LessEqual: return wrap(mx::less_equal(x, y));
+    case BinaryOp::Greater: return wrap(mx::greater(x, y));
+    case BinaryOp::GreaterEqual: return wrap(mx::greater_equal(x, y));
+    case BinaryOp::LogicalAnd: return wrap(mx::logical_and(x, y));
+    case BinaryOp::LogicalOr: return wrap(mx::logical_or(x, y));
+    case BinaryOp::Remainder: return wrap(mx::remainder(x, y));
+    case BinaryOp::FloorDivide: return wrap(mx::floor_divide(x, y));
   }
+  throw std::invalid_argument("unknown BinaryOp " + std::to_string(static_cast<int>(op)));
 }
 
 ArrayPtr where_(const Array& cond, const Array& a, const Array& b) {
   return wrap(mx::where(cond.inner, a.inner, b.inner));
 }
 
-// Codes shared with `ReduceOp` in src/ops.rs.
-ArrayPtr reduce(uint8_t op, const Array& a, rust::Slice<const int32_t> axes, bool keepdims) {
+ArrayPtr reduce(ReduceOp op, const Array& a, rust::Slice<const int32_t> axes, bool keepdims) {
   auto ax = to_ints(axes);
   const auto& x = a.inner;
   switch (op) {
-    case 0: return wrap(mx::sum(x, ax, keepdims));
-    case 1: return wrap(mx::mean(x, ax, keepdims));
-    case 2: return wrap(mx::max(x, ax, keepdims));
-    case 3: return wrap(mx::min(x, ax, keepdims));
-    case 4: return wrap(mx::prod(x, ax, keepdims));
-    case 5: return wrap(mx::logsumexp(x, ax, keepdims));
-    default: throw std::invalid_argument("unknown reduce op code " + std::to_string(op));
+    case ReduceOp::Sum: return wrap(mx::sum(x, ax, keepdims));
+    case ReduceOp::Mean: return wrap(mx::mean(x, ax, keepdims));
+    case ReduceOp::Max: return wrap(mx::max(x, ax, keepdims));
+    case ReduceOp::Min: return wrap(mx::min(x, ax, keepdims));
+    case ReduceOp::Prod: return wrap(mx::prod(x, ax, keepdims));
+    case ReduceOp::LogSumExp: return wrap(mx::logsumexp(x, ax, keepdims));
   }
+  throw std::invalid_argument("unknown ReduceOp " + std::to_string(static_cast<int>(op)));
 }
 
-ArrayPtr arg_reduce(uint8_t op, const Array& a, int32_t axis, bool keepdims) {
+ArrayPtr arg_reduce(ArgReduceOp op, const Array& a, int32_t axis, bool keepdims) {
   switch (op) {
-    case 0: return wrap(mx::argmax(a.inner, axis, keepdims));
-    case 1: return wrap(mx::argmin(a.inner, axis, keepdims));
-    default: throw std::invalid_argument("unknown arg-reduce op code " + std::to_string(op));
+    case ArgReduceOp::ArgMax: return wrap(mx::argmax(a.inner, axis, keepdims));
+    case ArgReduceOp::ArgMin: return wrap(mx::argmin(a.inner, axis, keepdims));
   }
+  throw std::invalid_argument("unknown ArgReduceOp " + std::to_string(static_cast<int>(op)));
 }
 
 ArrayPtr softmax(const Array& a, rust::Slice<const int32_t> axes, bool precise) {
@@ -329,6 +336,11 @@ ArrayPtr matmul(const Array& a, const Array& b) { return wrap(mx::matmul(a.inner
 
 ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, float beta) {
   return wrap(mx::addmm(c.inner, a.inner, b.inner, alpha, beta));
+}
+
+ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices,
+                   std::unique_ptr<Array> rhs_indices, bool sorted_indices) {
+  return wrap(mx::gather_mm(a.inner, b.inner, opt(lhs_indices), opt(rhs_indices), sorted_indices));
 }
 
 ArrayPtr reshape(const Array& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.inner, to_shape(shape))); }
@@ -350,7 +362,7 @@ ArrayPtr broadcast_to(const Array& a, rust::Slice<const int32_t> shape) {
   return wrap(mx::broadcast_to(a.inner, to_shape(shape)));
 }
 
-ArrayPtr astype(const Array& a, uint8_t dtype) { return wrap(mx::astype(a.inner, to_dtype(dtype))); }
+ArrayPtr astype(const Array& a, Dtype dtype) { return wrap(mx::astype(a.inner, to_dtype(dtype))); }
 
 ArrayPtr contiguous(const Array& a) { return wrap(mx::contiguous(a.inner)); }
 
@@ -430,60 +442,47 @@ ArrayPtr rope_dynamic(const Array& x, int32_t dims, bool traditional, float base
 }
 
 ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Array& v, float scale,
-                                      rust::Str mask_mode, std::unique_ptr<Array> mask,
+                                      fast::MaskMode mask_mode, std::unique_ptr<Array> mask,
                                       std::unique_ptr<Array> sinks) {
-  return wrap(mx::fast::scaled_dot_product_attention(q.inner, k.inner, v.inner, scale, std::string(mask_mode),
+  return wrap(mx::fast::scaled_dot_product_attention(q.inner, k.inner, v.inner, scale, fast::mlx_mask_mode(mask_mode),
                                                      opt(mask), opt(sinks)));
 }
 
-std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, rust::Str mode) {
-  return wrap_list(mx::quantize(w.inner, group_size, bits, std::string(mode)));
+std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, QuantMode mode) {
+  return wrap_list(mx::quantize(w.inner, group_size, bits, mode_name(mode)));
 }
 
 ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size,
-                    int32_t bits, rust::Str mode, uint8_t dtype) {
+                    int32_t bits, QuantMode mode, Dtype dtype, bool scales_dtype) {
   std::optional<mx::Dtype> dt;
-  if (dtype != 255) dt = to_dtype(dtype);
-  return wrap(mx::dequantize(w.inner, scales.inner, opt(biases), group_size, bits, std::string(mode), std::nullopt,
+  if (!scales_dtype) dt = to_dtype(dtype);
+  return wrap(mx::dequantize(w.inner, scales.inner, opt(biases), group_size, bits, mode_name(mode), std::nullopt,
                              dt));
 }
 
 ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                          bool transpose, int32_t group_size, int32_t bits, rust::Str mode) {
+                          bool transpose, int32_t group_size, int32_t bits, QuantMode mode) {
   return wrap(mx::quantized_matmul(x.inner, w.inner, scales.inner, opt(biases), transpose, group_size, bits,
-                                   std::string(mode)));
+                                   mode_name(mode)));
 }
 
 ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
                     std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose,
-                    int32_t group_size, int32_t bits, rust::Str mode, bool sorted_indices) {
+                    int32_t group_size, int32_t bits, QuantMode mode, bool sorted_indices) {
   return wrap(mx::gather_qmm(x.inner, w.inner, scales.inner, opt(biases), opt(lhs_indices), opt(rhs_indices),
-                             transpose, group_size, bits, std::string(mode), std::nullopt, sorted_indices));
+                             transpose, group_size, bits, mode_name(mode), std::nullopt, sorted_indices));
 }
 
-ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices,
-                   std::unique_ptr<Array> rhs_indices, bool sorted_indices) {
-  return wrap(mx::gather_mm(a.inner, b.inner, opt(lhs_indices), opt(rhs_indices), sorted_indices));
-}
-
-fast::Path to_path(uint8_t p) {
-  switch (p) {
-    case 0: return fast::Path::Auto;
-    case 1: return fast::Path::Kernel;
-    case 2: return fast::Path::Mlx;
-    default: throw std::invalid_argument("unknown kernel path " + std::to_string(p));
-  }
-}
 
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                               int32_t group_size, int32_t bits, uint8_t path) {
-  return wrap(fast::quantized_linear(x.inner, w.inner, scales.inner, opt(biases), group_size, bits, to_path(path)));
+                               int32_t group_size, int32_t bits, fast::Path path) {
+  return wrap(fast::quantized_linear(x.inner, {w.inner, scales.inner, opt(biases)}, group_size, bits, path));
 }
 
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                               int32_t group_size, int32_t bits, float scale, uint8_t path) {
-  return wrap(
-      fast::quantized_gather(ids.inner, w.inner, scales.inner, opt(biases), group_size, bits, scale, to_path(path)));
+                               int32_t group_size, int32_t bits, float scale, fast::Path path) {
+  return wrap(fast::quantized_gather(ids.inner, {w.inner, scales.inner, opt(biases)}, group_size, bits, scale,
+                                     path));
 }
 
 namespace {
@@ -498,63 +497,71 @@ std::vector<fast::QuantizedWeight> weight_triples(const ArrayList& weights) {
 
 std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights,
                                                        rust::Slice<const int32_t> heads, int32_t group_size,
-                                                       int32_t bits, uint8_t path) {
+                                                       int32_t bits, fast::Path path) {
   return wrap_list(fast::quantized_linear_multi(x.inner, weight_triples(weights), to_ints(heads), group_size, bits,
-                                                to_path(path)));
+                                                path));
 }
 
-ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size,
-                                     int32_t bits, uint8_t path) {
+ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights,
+                                     int32_t group_size, int32_t bits, fast::Path path) {
   auto ws = weight_triples(weights);
   if (ws.size() != 2) throw std::invalid_argument("a gated linear takes a gate and an up projection");
-  return wrap(fast::quantized_gated_linear(kind, x.inner, ws[0], ws[1], group_size, bits, to_path(path)));
+  return wrap(
+      fast::quantized_gated_linear(act, x.inner, ws[0], ws[1], group_size, bits, path));
 }
 
-ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path) {
-  return wrap(fast::rms_norm(x.inner, opt(weight), eps, to_path(path)));
+ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, fast::Path path) {
+  return wrap(fast::rms_norm(x.inner, opt(weight), eps, path));
 }
 
-ArrayPtr fast_add(const Array& a, const Array& b, uint8_t path) {
-  return wrap(fast::add(a.inner, b.inner, to_path(path)));
+ArrayPtr fast_add(const Array& a, const Array& b, fast::Path path) {
+  return wrap(fast::add(a.inner, b.inner, path));
 }
 
-ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset,
-                   std::unique_ptr<Array> freqs, uint8_t path) {
-  return wrap(fast::rope(x.inner, dims, traditional, base, scale, offset, opt(freqs), to_path(path)));
+namespace {
+fast::RopeSpec rope_spec(const RopeParams& rope, const std::unique_ptr<Array>& freqs) {
+  return {rope.dims, rope.traditional, rope.base, rope.scale, opt(freqs)};
+}
+}  // namespace
+
+ArrayPtr fast_rope(const Array& x, const RopeParams& rope, std::unique_ptr<Array> freqs, int32_t offset,
+                   fast::Path path) {
+  return wrap(fast::rope(x.inner, rope_spec(rope, freqs), offset, path));
 }
 
-ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode,
-                   std::unique_ptr<Array> mask, uint8_t path) {
-  return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, std::string(mask_mode), opt(mask), to_path(path)));
+ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, fast::MaskMode mask_mode,
+                   std::unique_ptr<Array> mask, fast::Path path) {
+  return wrap(fast::sdpa(q.inner, k.inner, v.inner, scale, mask_mode, opt(mask), path));
 }
 
-std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, std::unique_ptr<Array> freqs,
-                                                 int32_t dims, bool traditional, float base, float rope_scale,
-                                                 int32_t offset, int32_t slot, int32_t visible, bool causal,
-                                                 float scale, uint8_t path) {
+std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, const RopeParams& rope,
+                                                 std::unique_ptr<Array> freqs, rust::Slice<const CacheStep> rows,
+                                                 float scale, fast::Path path) {
   const auto& a = arrays.items;
-  if (a.size() != 5) throw std::invalid_argument("cached_attention takes q, k, v and the two cache buffers");
-  fast::RopeSpec rope{dims, traditional, base, rope_scale, opt(freqs)};
-  fast::CacheSlot cache{a[3], a[4], slot, visible, causal};
-  return wrap_list(fast::cached_attention(a[0], a[1], a[2], rope, offset, cache, scale, to_path(path)));
+  if (a.size() != 3 + 2 * rows.size())
+    throw std::invalid_argument("cached_attention takes q, k, v and two cache buffers per row");
+  std::vector<fast::CacheRow> cache;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const auto& r = rows[b];
+    cache.push_back({a[3 + 2 * b], a[4 + 2 * b], r.offset, r.slot, r.visible, r.causal});
+  }
+  return wrap_list(fast::cached_attention(a[0], a[1], a[2], rope_spec(rope, freqs), cache, scale, path));
 }
 
-ArrayPtr fast_merge_heads(const Array& x, uint8_t path) { return wrap(fast::merge_heads(x.inner, to_path(path))); }
+ArrayPtr fast_merge_heads(const Array& x, fast::Path path) { return wrap(fast::merge_heads(x.inner, path)); }
 
-ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path) {
-  return wrap(fast::gated_activation(kind, a.inner, b.inner, to_path(path)));
+ArrayPtr fast_gated_activation(kern::Activation act, const Array& a, const Array& b, fast::Path path) {
+  return wrap(fast::gated_activation(act, a.inner, b.inner, path));
 }
 
 int32_t kernels_threads() { return kern::pool_threads(); }
 int32_t kernels_default_threads() { return kern::default_threads(); }
 void kernels_set_threads(int32_t n) { kern::set_pool_threads(n); }
-uint8_t kernels_isa() { return static_cast<uint8_t>(kern::table().isa); }
-bool kernels_isa_supported(uint8_t isa) {
-  return isa <= static_cast<uint8_t>(kern::kLastIsa) && kern::isa_supported(static_cast<kern::Isa>(isa));
-}
-bool kernels_set_isa(uint8_t isa) {
-  return isa <= static_cast<uint8_t>(kern::kLastIsa) && kern::set_isa(static_cast<kern::Isa>(isa));
-}
+void kernels_set_default_threads(int32_t n) { kern::set_default_threads(n); }
+void kernels_set_spin(int32_t spin_us, bool spin_yield) { kern::set_spin(spin_us, spin_yield); }
+kern::Isa kernels_isa() { return kern::table().isa; }
+bool kernels_isa_supported(kern::Isa isa) { return kern::isa_supported(isa); }
+bool kernels_set_isa(kern::Isa isa) { return kern::set_isa(isa); }
 double kernels_read_bandwidth(size_t bytes, int32_t reps) { return kern::read_bandwidth_gbs(bytes, reps); }
 
 bool eval_inline(const ArrayList& list) { return fast::eval_inline(list.items); }
@@ -623,11 +630,11 @@ ArrayPtr random_key(uint64_t seed) { return wrap(mx::random::key(seed)); }
 
 ArrayPtr random_split(const Array& key, int32_t num) { return wrap(mx::random::split(key.inner, num)); }
 
-ArrayPtr random_uniform(float low, float high, rust::Slice<const int32_t> shape, uint8_t dtype, const Array& key) {
+ArrayPtr random_uniform(float low, float high, rust::Slice<const int32_t> shape, Dtype dtype, const Array& key) {
   return wrap(mx::random::uniform(low, high, to_shape(shape), to_dtype(dtype), key.inner));
 }
 
-ArrayPtr random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, float loc, float scale, const Array& key) {
+ArrayPtr random_normal(rust::Slice<const int32_t> shape, Dtype dtype, float loc, float scale, const Array& key) {
   return wrap(mx::random::normal(to_shape(shape), to_dtype(dtype), loc, scale, key.inner));
 }
 
@@ -639,15 +646,17 @@ rust::String mlx_version() { return rust::String(mx::version()); }
 
 bool gpu_available() { return mx::is_available(mx::Device::gpu); }
 
-uint8_t default_device() { return mx::default_device().type == mx::Device::gpu ? 1 : 0; }
+DeviceKind default_device() {
+  return mx::default_device().type == mx::Device::gpu ? DeviceKind::Gpu : DeviceKind::Cpu;
+}
 
-void set_default_device(uint8_t device) {
+void set_default_device(DeviceKind device) {
   auto d = to_device(device);
   if (!mx::is_available(d)) throw std::runtime_error("device is not available in the linked MLX library");
   mx::set_default_device(d);
 }
 
-rust::String device_name(uint8_t device) {
+rust::String device_name(DeviceKind device) {
   auto d = to_device(device);
   if (!mx::is_available(d)) return rust::String("unavailable");
   const auto& info = mx::device_info(d);

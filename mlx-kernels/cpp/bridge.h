@@ -8,9 +8,23 @@
 #include <vector>
 
 #include "mlx/mlx.h"
+#include "mlxcel-mlx/cpp/kernels/kernels.h"
+#include "mlxcel-mlx/cpp/nodes/ops.h"
 #include "rust/cxx.h"
 
 namespace mlxcel {
+
+// The enums and structs src/ffi.rs defines for both sides (cxx writes their
+// definitions into the generated ffi.rs.h, after this header).
+enum class Dtype : std::uint8_t;
+enum class UnaryOp : std::uint8_t;
+enum class BinaryOp : std::uint8_t;
+enum class ReduceOp : std::uint8_t;
+enum class ArgReduceOp : std::uint8_t;
+enum class QuantMode : std::uint8_t;
+enum class DeviceKind : std::uint8_t;
+struct RopeParams;
+struct CacheStep;
 
 /// An owned handle to one MLX array (a node of MLX's lazy graph).
 class Array {
@@ -31,16 +45,16 @@ using ArrayPtr = std::unique_ptr<Array>;
 struct SharedBytes;
 
 // Construction and inspection.
-ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype);
-ArrayPtr array_from_shared(rust::Slice<const uint8_t> region, rust::Box<SharedBytes> owner, rust::Slice<const int32_t> shape, uint8_t dtype);
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, Dtype dtype);
+ArrayPtr array_from_shared(rust::Slice<const uint8_t> region, rust::Box<SharedBytes> owner, rust::Slice<const int32_t> shape, Dtype dtype);
 bool borrowing_supported();
 bool is_borrowed(const Array& a);
 size_t data_address(const Array& a);
-ArrayPtr full(rust::Slice<const int32_t> shape, double value, uint8_t dtype);
-ArrayPtr arange(double start, double stop, double step, uint8_t dtype);
+ArrayPtr full(rust::Slice<const int32_t> shape, double value, Dtype dtype);
+ArrayPtr arange(double start, double stop, double step, Dtype dtype);
 ArrayPtr clone_array(const Array& a);
 rust::Vec<int32_t> shape(const Array& a);
-uint8_t dtype(const Array& a);
+Dtype dtype(const Array& a);
 void eval(const Array& a);
 void eval_list(const ArrayList& list);
 size_t nbytes(const Array& a);
@@ -52,17 +66,18 @@ void list_push(ArrayList& list, const Array& a);
 size_t list_len(const ArrayList& list);
 ArrayPtr list_get(const ArrayList& list, size_t index);
 
-// Elementwise and reductions, selected by the op codes of ffi.rs.
-ArrayPtr unary(uint8_t op, const Array& a);
-ArrayPtr binary(uint8_t op, const Array& a, const Array& b);
+// Elementwise and reductions.
+ArrayPtr unary(UnaryOp op, const Array& a);
+ArrayPtr binary(BinaryOp op, const Array& a, const Array& b);
 ArrayPtr where_(const Array& cond, const Array& a, const Array& b);
-ArrayPtr reduce(uint8_t op, const Array& a, rust::Slice<const int32_t> axes, bool keepdims);
-ArrayPtr arg_reduce(uint8_t op, const Array& a, int32_t axis, bool keepdims);
+ArrayPtr reduce(ReduceOp op, const Array& a, rust::Slice<const int32_t> axes, bool keepdims);
+ArrayPtr arg_reduce(ArgReduceOp op, const Array& a, int32_t axis, bool keepdims);
 ArrayPtr softmax(const Array& a, rust::Slice<const int32_t> axes, bool precise);
 ArrayPtr cumsum(const Array& a, int32_t axis, bool reverse, bool inclusive);
 
 // Linear algebra.
 ArrayPtr matmul(const Array& a, const Array& b);
+ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool sorted_indices);
 ArrayPtr addmm(const Array& c, const Array& a, const Array& b, float alpha, float beta);
 
 // Shape and layout.
@@ -72,7 +87,7 @@ ArrayPtr swapaxes(const Array& a, int32_t axis1, int32_t axis2);
 ArrayPtr expand_dims(const Array& a, rust::Slice<const int32_t> axes);
 ArrayPtr squeeze(const Array& a, rust::Slice<const int32_t> axes);
 ArrayPtr broadcast_to(const Array& a, rust::Slice<const int32_t> shape);
-ArrayPtr astype(const Array& a, uint8_t dtype);
+ArrayPtr astype(const Array& a, Dtype dtype);
 ArrayPtr contiguous(const Array& a);
 ArrayPtr slice(const Array& a, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop, rust::Slice<const int32_t> strides);
 ArrayPtr slice_dynamic(const Array& a, const Array& start, rust::Slice<const int32_t> axes, rust::Slice<const int32_t> size);
@@ -99,37 +114,34 @@ ArrayPtr rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps);
 ArrayPtr layer_norm(const Array& x, std::unique_ptr<Array> weight, std::unique_ptr<Array> bias, float eps);
 ArrayPtr rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs);
 ArrayPtr rope_dynamic(const Array& x, int32_t dims, bool traditional, float base, float scale, const Array& offset, std::unique_ptr<Array> freqs);
-ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, std::unique_ptr<Array> sinks);
+ArrayPtr scaled_dot_product_attention(const Array& q, const Array& k, const Array& v, float scale, fast::MaskMode mask_mode, std::unique_ptr<Array> mask, std::unique_ptr<Array> sinks);
 
 // Quantization (affine and the other MLX modes).
-std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, rust::Str mode);
-ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, rust::Str mode, uint8_t dtype);
-ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, rust::Str mode);
-ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                    std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose,
-                    int32_t group_size, int32_t bits, rust::Str mode, bool sorted_indices);
-ArrayPtr gather_mm(const Array& a, const Array& b, std::unique_ptr<Array> lhs_indices,
-                   std::unique_ptr<Array> rhs_indices, bool sorted_indices);
+std::unique_ptr<ArrayList> quantize(const Array& w, int32_t group_size, int32_t bits, QuantMode mode);
+ArrayPtr dequantize(const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, QuantMode mode, Dtype dtype, bool scales_dtype);
+ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, bool transpose, int32_t group_size, int32_t bits, QuantMode mode);
+ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose, int32_t group_size, int32_t bits, QuantMode mode, bool sorted_indices);
 
-// mlxcel's kernels (cpp/kernels/primitives.h): path 0 picks ours when it can,
-// 1 insists on ours, 2 always takes MLX's op.
-ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, uint8_t path);
-ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, float scale, uint8_t path);
-std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, uint8_t path);
-ArrayPtr fast_quantized_gated_linear(uint8_t kind, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, uint8_t path);
-ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, uint8_t path);
-ArrayPtr fast_add(const Array& a, const Array& b, uint8_t path);
-ArrayPtr fast_rope(const Array& x, int32_t dims, bool traditional, float base, float scale, int32_t offset, std::unique_ptr<Array> freqs, uint8_t path);
-ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, rust::Str mask_mode, std::unique_ptr<Array> mask, uint8_t path);
-std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, std::unique_ptr<Array> freqs, int32_t dims, bool traditional, float base, float rope_scale, int32_t offset, int32_t slot, int32_t visible, bool causal, float scale, uint8_t path);
-ArrayPtr fast_merge_heads(const Array& x, uint8_t path);
-ArrayPtr fast_gated_activation(uint8_t kind, const Array& a, const Array& b, uint8_t path);
+// mlxcel's kernels (cpp/nodes/ops.h), on the path the caller asks for.
+ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, fast::Path path);
+ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, float scale, fast::Path path);
+std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, fast::Path path);
+ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, fast::Path path);
+ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, fast::Path path);
+ArrayPtr fast_add(const Array& a, const Array& b, fast::Path path);
+ArrayPtr fast_rope(const Array& x, const RopeParams& rope, std::unique_ptr<Array> freqs, int32_t offset, fast::Path path);
+ArrayPtr fast_sdpa(const Array& q, const Array& k, const Array& v, float scale, fast::MaskMode mask_mode, std::unique_ptr<Array> mask, fast::Path path);
+std::unique_ptr<ArrayList> fast_cached_attention(const ArrayList& arrays, const RopeParams& rope, std::unique_ptr<Array> freqs, rust::Slice<const CacheStep> rows, float scale, fast::Path path);
+ArrayPtr fast_merge_heads(const Array& x, fast::Path path);
+ArrayPtr fast_gated_activation(kern::Activation act, const Array& a, const Array& b, fast::Path path);
 int32_t kernels_threads();
 int32_t kernels_default_threads();
 void kernels_set_threads(int32_t n);
-uint8_t kernels_isa();
-bool kernels_isa_supported(uint8_t isa);
-bool kernels_set_isa(uint8_t isa);
+void kernels_set_default_threads(int32_t n);
+void kernels_set_spin(int32_t spin_us, bool spin_yield);
+kern::Isa kernels_isa();
+bool kernels_isa_supported(kern::Isa isa);
+bool kernels_set_isa(kern::Isa isa);
 double kernels_read_bandwidth(size_t bytes, int32_t reps);
 rust::Vec<rust::String> pending_ops(const ArrayList& list);
 bool eval_inline(const ArrayList& list);
@@ -138,16 +150,16 @@ double kernels_bench_qmm(const Array& x, const ArrayList& weights, int32_t group
 // Random numbers, always from an explicit key (deterministic per seed).
 ArrayPtr random_key(uint64_t seed);
 ArrayPtr random_split(const Array& key, int32_t num);
-ArrayPtr random_uniform(float low, float high, rust::Slice<const int32_t> shape, uint8_t dtype, const Array& key);
-ArrayPtr random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, float loc, float scale, const Array& key);
+ArrayPtr random_uniform(float low, float high, rust::Slice<const int32_t> shape, Dtype dtype, const Array& key);
+ArrayPtr random_normal(rust::Slice<const int32_t> shape, Dtype dtype, float loc, float scale, const Array& key);
 ArrayPtr random_categorical(const Array& logits, int32_t axis, const Array& key);
 
 // Devices, versions and memory.
 rust::String mlx_version();
 bool gpu_available();
-uint8_t default_device();
-void set_default_device(uint8_t device);
-rust::String device_name(uint8_t device);
+DeviceKind default_device();
+void set_default_device(DeviceKind device);
+rust::String device_name(DeviceKind device);
 void synchronize();
 size_t active_memory();
 size_t peak_memory();

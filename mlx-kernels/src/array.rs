@@ -73,7 +73,7 @@ impl Array {
     /// An array holding a copy of `bytes` (little-endian elements of `dtype`).
     /// The byte count must equal the shape's element count times the dtype size.
     pub fn from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
-        wrap("array", bridge::array_from_bytes(bytes, shape, dtype.code()))
+        wrap("array", bridge::array_from_bytes(bytes, shape, dtype.ffi()))
     }
 
     /// An array over `buffer[offset..offset + n]` (`n` = elements × dtype
@@ -129,7 +129,7 @@ impl Array {
         // MLX can read them. MLX only reads them (see `array_from_shared` in
         // cpp/bridge.cc, and `borrowing_supported`, which checked that
         // non-owned buffers are never donated).
-        let made = unsafe { bridge::array_from_shared(region, owner, shape, dtype.code()) };
+        let made = unsafe { bridge::array_from_shared(region, owner, shape, dtype.ffi()) };
         wrap(OP, made)
     }
 
@@ -162,7 +162,7 @@ impl Array {
 
     /// An array of `shape` filled with `value`, converted to `dtype`.
     pub fn full(shape: &[i32], value: f64, dtype: Dtype) -> Result<Array> {
-        wrap("full", bridge::full(shape, value, dtype.code()))
+        wrap("full", bridge::full(shape, value, dtype.ffi()))
     }
 
     /// Zeros of `shape` and `dtype`.
@@ -177,7 +177,7 @@ impl Array {
 
     /// `start, start + step, ...` below `stop`.
     pub fn arange(start: f64, stop: f64, step: f64, dtype: Dtype) -> Result<Array> {
-        wrap("arange", bridge::arange(start, stop, step, dtype.code()))
+        wrap("arange", bridge::arange(start, stop, step, dtype.ffi()))
     }
 
     /// The shape (one entry per dimension).
@@ -205,8 +205,8 @@ impl Array {
 
     /// The element type.
     pub fn dtype(&self) -> Dtype {
-        // The bridge only reports codes of MLX's own dtype list.
-        Dtype::from_code(bridge::dtype(&self.inner)).unwrap_or(Dtype::U8)
+        // The bridge reports one of MLX's dtypes, all of which Dtype has.
+        Dtype::from_ffi(bridge::dtype(&self.inner)).unwrap_or(Dtype::U8)
     }
 
     /// Bytes the elements take when contiguous.

@@ -15,10 +15,10 @@ pub enum Device {
 }
 
 impl Device {
-    fn code(self) -> u8 {
+    fn ffi(self) -> bridge::DeviceKind {
         match self {
-            Device::Cpu => 0,
-            Device::Gpu => 1,
+            Device::Cpu => bridge::DeviceKind::Cpu,
+            Device::Gpu => bridge::DeviceKind::Gpu,
         }
     }
 
@@ -41,7 +41,7 @@ impl Device {
     /// What MLX reports about the device (name and architecture), or
     /// `"unavailable"`.
     pub fn description(self) -> String {
-        bridge::device_name(self.code()).unwrap_or_else(|e| format!("unknown ({})", e.what()))
+        bridge::device_name(self.ffi()).unwrap_or_else(|e| format!("unknown ({})", e.what()))
     }
 }
 
@@ -51,56 +51,58 @@ impl fmt::Display for Device {
     }
 }
 
-/// The environment variable that overrides the device choice.
-pub const DEVICE_ENV: &str = "MLXCEL_DEVICE";
+/// The device a process asks for (`MLXCEL_DEVICE`, [`crate::settings`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeviceRequest {
+    /// The GPU when the linked libmlx has one, else the CPU.
+    #[default]
+    Auto,
+    /// The given device, which must be available.
+    Exactly(Device),
+}
+
+impl DeviceRequest {
+    /// Parses `cpu`, `gpu` (also `cuda`, `metal`) or `auto`, in any case.
+    pub fn parse(value: &str) -> Option<DeviceRequest> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(DeviceRequest::Auto),
+            "cpu" => Some(DeviceRequest::Exactly(Device::Cpu)),
+            "gpu" | "cuda" | "metal" => Some(DeviceRequest::Exactly(Device::Gpu)),
+            _ => None,
+        }
+    }
+
+    /// The device this asks for, if the linked libmlx has it.
+    pub fn resolve(self) -> Result<Device> {
+        match self {
+            DeviceRequest::Auto => Ok(if Device::Gpu.is_available() { Device::Gpu } else { Device::Cpu }),
+            DeviceRequest::Exactly(device) if device.is_available() => Ok(device),
+            DeviceRequest::Exactly(device) => Err(Error::Device(format!(
+                "the {device} device was requested but the linked MLX {} has none (build against a GPU-enabled libmlx, or use the cpu)",
+                crate::mlx_version()
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRequest::Auto => f.write_str("auto"),
+            DeviceRequest::Exactly(d) => d.fmt(f),
+        }
+    }
+}
 
 /// The device MLX computes on by default in this process.
 pub fn default_device() -> Device {
-    if bridge::default_device() == 1 { Device::Gpu } else { Device::Cpu }
+    if bridge::default_device() == bridge::DeviceKind::Gpu { Device::Gpu } else { Device::Cpu }
 }
 
 /// Makes `device` the default for new operations, process-wide.
 pub fn set_default_device(device: Device) -> Result<()> {
-    if !device.is_available() {
-        return Err(Error::Device(format!(
-            "the {device} device was requested but the linked MLX {} has none (build against a GPU-enabled libmlx, or use MLXCEL_DEVICE=cpu)",
-            crate::mlx_version()
-        )));
-    }
-    bridge::set_default_device(device.code()).map_err(|e| Error::Device(e.what().to_string()))
-}
-
-/// The device a process should use: `MLXCEL_DEVICE` (`cpu`, `gpu` or `auto`)
-/// when set, else the GPU when the linked libmlx has one, else the CPU.
-pub fn requested_device() -> Result<Device> {
-    parse_device_request(std::env::var(DEVICE_ENV).ok().as_deref())
-}
-
-/// Parses a device request (`None` or `"auto"` picks the best available).
-pub fn parse_device_request(value: Option<&str>) -> Result<Device> {
-    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("") | Some("auto") => Ok(if Device::Gpu.is_available() { Device::Gpu } else { Device::Cpu }),
-        Some("cpu") => Ok(Device::Cpu),
-        Some("gpu") | Some("cuda") | Some("metal") => {
-            if Device::Gpu.is_available() {
-                Ok(Device::Gpu)
-            } else {
-                Err(Error::Device(format!(
-                    "{DEVICE_ENV} asks for the GPU but the linked MLX {} has no GPU backend (this is a CPU build; use MLXCEL_DEVICE=cpu or link a CUDA/Metal libmlx)",
-                    crate::mlx_version()
-                )))
-            }
-        }
-        Some(other) => Err(Error::Device(format!("{DEVICE_ENV}={other:?} is not a device: use cpu, gpu or auto"))),
-    }
-}
-
-/// Picks the device from the environment (see [`requested_device`]) and makes
-/// it the default. Call once at start-up, before building any array.
-pub fn init_from_env() -> Result<Device> {
-    let device = requested_device()?;
-    set_default_device(device)?;
-    Ok(device)
+    DeviceRequest::Exactly(device).resolve()?;
+    bridge::set_default_device(device.ffi()).map_err(|e| Error::Device(e.what().to_string()))
 }
 
 /// Waits until all queued work on the default stream is done.

@@ -2,43 +2,43 @@
 
 use std::fmt;
 
-/// The element type of an [`Array`](crate::Array). The discriminants are the
-/// codes the C++ bridge uses (the order of MLX's `Dtype::Val`).
+use crate::ffi::bridge;
+
+/// The element type of an [`Array`](crate::Array).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
 pub enum Dtype {
     /// Boolean, one byte per element.
-    Bool = 0,
+    Bool,
     /// Unsigned 8-bit integer.
-    U8 = 1,
+    U8,
     /// Unsigned 16-bit integer.
-    U16 = 2,
+    U16,
     /// Unsigned 32-bit integer (also the container of packed quantized weights).
-    U32 = 3,
+    U32,
     /// Unsigned 64-bit integer.
-    U64 = 4,
+    U64,
     /// Signed 8-bit integer.
-    I8 = 5,
+    I8,
     /// Signed 16-bit integer.
-    I16 = 6,
+    I16,
     /// Signed 32-bit integer.
-    I32 = 7,
+    I32,
     /// Signed 64-bit integer.
-    I64 = 8,
+    I64,
     /// IEEE half precision.
-    F16 = 9,
+    F16,
     /// IEEE single precision.
-    F32 = 10,
+    F32,
     /// IEEE double precision (CPU only in MLX).
-    F64 = 11,
+    F64,
     /// bfloat16.
-    BF16 = 12,
+    BF16,
     /// Complex of two f32.
-    Complex64 = 13,
+    Complex64,
 }
 
 impl Dtype {
-    /// Every dtype, in code order.
+    /// Every dtype, in MLX's order.
     pub const ALL: [Dtype; 14] = [
         Dtype::Bool,
         Dtype::U8,
@@ -56,14 +56,29 @@ impl Dtype {
         Dtype::Complex64,
     ];
 
-    /// The dtype with this bridge code, if any.
-    pub fn from_code(code: u8) -> Option<Dtype> {
-        Dtype::ALL.get(usize::from(code)).copied()
+    /// The bridge's name for it.
+    pub(crate) fn ffi(self) -> bridge::Dtype {
+        match self {
+            Dtype::Bool => bridge::Dtype::Bool,
+            Dtype::U8 => bridge::Dtype::U8,
+            Dtype::U16 => bridge::Dtype::U16,
+            Dtype::U32 => bridge::Dtype::U32,
+            Dtype::U64 => bridge::Dtype::U64,
+            Dtype::I8 => bridge::Dtype::I8,
+            Dtype::I16 => bridge::Dtype::I16,
+            Dtype::I32 => bridge::Dtype::I32,
+            Dtype::I64 => bridge::Dtype::I64,
+            Dtype::F16 => bridge::Dtype::F16,
+            Dtype::F32 => bridge::Dtype::F32,
+            Dtype::F64 => bridge::Dtype::F64,
+            Dtype::BF16 => bridge::Dtype::BF16,
+            Dtype::Complex64 => bridge::Dtype::Complex64,
+        }
     }
 
-    /// The bridge code.
-    pub fn code(self) -> u8 {
-        self as u8
+    /// The dtype the bridge names `d` (the inverse of [`Dtype::ffi`]).
+    pub(crate) fn from_ffi(d: bridge::Dtype) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|t| t.ffi() == d)
     }
 
     /// Bytes per element.

@@ -31,12 +31,14 @@
 //! attention node makes it write the merged layout. Results are those of the
 //! unfused nodes, bit for bit.
 //!
-//! `MLXCEL_KERNELS=mlx` (or [`set_default_path`]) turns them off for A/B
-//! comparisons; `MLXCEL_THREADS` sets the pool size (default: the physical
-//! cores the process may use) and `MLXCEL_ISA` (`scalar`, `avx2`, `avx512`) caps
-//! the instruction set.
+//! [`set_default_path`] turns them off for A/B comparisons, [`set_threads`]
+//! sets the pool size (default: the physical cores the process may use),
+//! [`set_isa`] picks another instruction set. Nothing here reads the
+//! environment: the binaries parse `MLXCEL_KERNELS`, `MLXCEL_THREADS`,
+//! `MLXCEL_ISA` and the rest once into [`crate::settings::Settings`] and apply
+//! them through these setters.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use cxx::UniquePtr;
 
@@ -58,42 +60,29 @@ pub enum Path {
 }
 
 impl Path {
-    fn code(self) -> u8 {
+    fn ffi(self) -> bridge::Path {
         match self {
-            Path::Auto => 0,
-            Path::Kernel => 1,
-            Path::Mlx => 2,
+            Path::Auto => bridge::Path::Auto,
+            Path::Kernel => bridge::Path::Kernel,
+            Path::Mlx => bridge::Path::Mlx,
         }
     }
 }
 
-/// The environment variable that turns the kernels off (`mlx`) or on (`auto`, the default).
-pub const KERNELS_ENV: &str = "MLXCEL_KERNELS";
-
-// 0 unset, then Path::code() + 1.
+// The index of the default path in PATHS.
 static DEFAULT_PATH: AtomicU8 = AtomicU8::new(0);
+const PATHS: [Path; 3] = [Path::Auto, Path::Kernel, Path::Mlx];
 
 /// The path the free functions of this module take: [`set_default_path`]'s,
-/// else `MLXCEL_KERNELS=mlx` → [`Path::Mlx`], else [`Path::Auto`].
+/// else [`Path::Auto`].
 pub fn default_path() -> Path {
-    match DEFAULT_PATH.load(Ordering::Relaxed) {
-        1 => Path::Auto,
-        2 => Path::Kernel,
-        3 => Path::Mlx,
-        _ => {
-            let p = match std::env::var(KERNELS_ENV).as_deref().map(str::trim) {
-                Ok("mlx") | Ok("off") | Ok("0") => Path::Mlx,
-                _ => Path::Auto,
-            };
-            DEFAULT_PATH.store(p.code() + 1, Ordering::Relaxed);
-            p
-        }
-    }
+    PATHS.get(usize::from(DEFAULT_PATH.load(Ordering::Relaxed))).copied().unwrap_or(Path::Auto)
 }
 
 /// Sets the path of the free functions, process-wide, for graphs built from now on.
 pub fn set_default_path(path: Path) {
-    DEFAULT_PATH.store(path.code() + 1, Ordering::Relaxed);
+    let index = PATHS.iter().position(|&p| p == path).unwrap_or(0);
+    DEFAULT_PATH.store(index as u8, Ordering::Relaxed);
 }
 
 /// The operations of this module with an explicit [`Path`] (tests and
@@ -115,6 +104,15 @@ pub enum GateActivation {
     Silu,
     /// `gelu_tanh(a) * b` (GeGLU; the tanh approximation of GELU).
     GeluApprox,
+}
+
+impl GateActivation {
+    fn ffi(self) -> bridge::Activation {
+        match self {
+            GateActivation::Silu => bridge::Activation::Silu,
+            GateActivation::GeluApprox => bridge::Activation::GeluTanh,
+        }
+    }
 }
 
 fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
@@ -212,7 +210,7 @@ impl Fast {
                 opt(w.biases.as_ref()),
                 w.group_size,
                 w.bits,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
@@ -288,7 +286,7 @@ impl Fast {
                 &heads,
                 first.group_size,
                 first.bits,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
@@ -316,10 +314,6 @@ impl Fast {
             let u = self.quantized_linear(x, up)?;
             return self.gated_activation(act, &g, &u);
         }
-        let kind = match act {
-            GateActivation::Silu => 0,
-            GateActivation::GeluApprox => 1,
-        };
         let list = [
             &gate.weight,
             &gate.scales,
@@ -331,12 +325,12 @@ impl Fast {
         wrap(
             "quantized_gated_linear",
             bridge::fast_quantized_gated_linear(
-                kind,
+                act.ffi(),
                 &x.inner,
                 &to_list(&list),
                 gate.group_size,
                 gate.bits,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
@@ -377,14 +371,14 @@ impl Fast {
                 w.group_size,
                 w.bits,
                 scale,
-                self.path.code(),
+                self.path.ffi(),
             ),
         )
     }
 
     /// RMS normalisation over the last axis: `x / sqrt(mean(x²) + eps) * weight`.
     pub fn rms_norm(&self, x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
-        wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.code()))
+        wrap("rms_norm", bridge::fast_rms_norm(&x.inner, opt(weight), eps, self.path.ffi()))
     }
 
     /// `a + b` (broadcasting as MLX's `add`). A residual connection onto one
@@ -392,7 +386,7 @@ impl Fast {
     /// (`h + o_proj(..)`, Gemma's `h + post_norm(..)`) becomes one node that
     /// adds as it writes; the result is bit-identical.
     pub fn add(&self, a: &Array, b: &Array) -> Result<Array> {
-        wrap("add", bridge::fast_add(&a.inner, &b.inner, self.path.code()))
+        wrap("add", bridge::fast_add(&a.inner, &b.inner, self.path.ffi()))
     }
 
     /// Rotary position embedding of the first `dims` features of the last
@@ -410,7 +404,8 @@ impl Fast {
         offset: i32,
         freqs: Option<&Array>,
     ) -> Result<Array> {
-        wrap("rope", bridge::fast_rope(&x.inner, dims, traditional, base, scale, offset, opt(freqs), self.path.code()))
+        let params = bridge::RopeParams { dims, traditional, base, scale };
+        wrap("rope", bridge::fast_rope(&x.inner, &params, opt(freqs), offset, self.path.ffi()))
     }
 
     /// `softmax(q kᵀ * scale + mask) v` with `q: [batch, heads, queries, dim]`
@@ -426,7 +421,7 @@ impl Fast {
         let (mode, arr) = mask.mode_and_array();
         wrap(
             "scaled_dot_product_attention",
-            bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.code()),
+            bridge::fast_sdpa(&q.inner, &k.inner, &v.inner, scale, mode, opt(arr), self.path.ffi()),
         )
     }
 
@@ -440,10 +435,11 @@ impl Fast {
     /// buffers.
     ///
     /// A row's result does not depend on the other rows (the same bits as the
-    /// row alone). On the CPU a single row is one node that writes the buffers
-    /// in place (when nothing else holds them, as MLX's `slice_update` does);
-    /// otherwise it is [`Fast::rope`], `slice_update` and
-    /// [`Fast::scaled_dot_product_attention`].
+    /// row alone). On the CPU the whole batch is one node (so a batched
+    /// decode step stays all-kernel and runs inline with [`eval`]) that
+    /// writes each buffer in place when nothing else holds it, as MLX's
+    /// `slice_update` does; otherwise, per row, it is [`Fast::rope`],
+    /// `slice_update` and [`Fast::scaled_dot_product_attention`].
     pub fn cached_attention(
         &self,
         q: &Array,
@@ -453,91 +449,58 @@ impl Fast {
         rows: &[CacheRow<'_>],
         scale: f32,
     ) -> Result<CachedAttention> {
-        let batch = q.shape().first().copied().unwrap_or(0);
-        if rows.is_empty() || usize::try_from(batch).ok() != Some(rows.len()) {
-            return Err(Error::invalid(
-                "cached_attention",
-                format!("{} cache rows for a batch of {batch}", rows.len()),
-            ));
-        }
-        if let [row] = rows {
-            let (out, keys, values) = self.cached_attention_row(q, k, v, rope, row, scale)?;
-            return Ok(CachedAttention { out, caches: vec![(keys, values)] });
-        }
-        let take_row = |a: &Array, b: i32| -> Result<Array> {
-            let s = a.shape();
-            let mut start = vec![0; s.len()];
-            let mut stop = s.clone();
-            start[0] = b;
-            stop[0] = b + 1;
-            a.slice(&start, &stop, &vec![1; s.len()])
-        };
-        let mut outs = Vec::with_capacity(rows.len());
-        let mut caches = Vec::with_capacity(rows.len());
-        for (b, row) in rows.iter().enumerate() {
-            let b = b as i32;
-            let (out, keys, values) =
-                self.cached_attention_row(&take_row(q, b)?, &take_row(k, b)?, &take_row(v, b)?, rope, row, scale)?;
-            outs.push(out);
-            caches.push((keys, values));
-        }
-        let out = Array::concatenate(&outs.iter().collect::<Vec<_>>(), 0)?;
-        Ok(CachedAttention { out, caches })
-    }
-
-    /// [`Fast::cached_attention`] of one sequence (`q` of batch 1).
-    fn cached_attention_row(
-        &self,
-        q: &Array,
-        k: &Array,
-        v: &Array,
-        rope: &RopeSpec<'_>,
-        row: &CacheRow<'_>,
-        scale: f32,
-    ) -> Result<(Array, Array, Array)> {
         let int = |name: &str, n: usize| {
             i32::try_from(n).map_err(|_| Error::invalid("cached_attention", format!("{name} {n} is too large")))
         };
-        let cache = &row.cache;
-        let arrays = to_list(&[q, k, v, cache.keys, cache.values]);
-        let mut parts = from_list(
+        let mut arrays = vec![q, k, v];
+        let mut steps = Vec::with_capacity(rows.len());
+        for row in rows {
+            let cache = &row.cache;
+            arrays.extend([cache.keys, cache.values]);
+            steps.push(bridge::CacheStep {
+                offset: int("offset", row.offset)?,
+                slot: int("slot", cache.slot)?,
+                visible: int("visible", cache.visible)?,
+                causal: cache.causal,
+            });
+        }
+        let parts = from_list(
             "cached_attention",
             bridge::fast_cached_attention(
-                &arrays,
+                &to_list(&arrays),
+                &rope.ffi(),
                 opt(rope.freqs),
-                rope.dims,
-                rope.traditional,
-                rope.base,
-                rope.scale,
-                int("offset", row.offset)?,
-                int("slot", cache.slot)?,
-                int("visible", cache.visible)?,
-                cache.causal,
+                &steps,
                 scale,
-                self.path.code(),
+                self.path.ffi(),
             ),
-        )?
-        .into_iter();
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(out), Some(keys), Some(values)) => Ok((out, keys, values)),
-            _ => Err(Error::invalid("cached_attention", "MLX returned fewer than three arrays")),
+        )?;
+        let mut parts = parts.into_iter();
+        let out = parts.next().ok_or_else(|| Error::invalid("cached_attention", "MLX returned no output"))?;
+        let mut caches = Vec::with_capacity(rows.len());
+        while let (Some(keys), Some(values)) = (parts.next(), parts.next()) {
+            caches.push((keys, values));
         }
+        if caches.len() != rows.len() {
+            return Err(Error::invalid("cached_attention", "MLX returned fewer buffers than rows"));
+        }
+        Ok(CachedAttention { out, caches })
     }
 
     /// `[B, H, L, D]` → `[B, L, H·D]`: attention's heads merged for the output
     /// projection. Free when `x` is mlxcel's attention node not yet computed
     /// (it then writes that layout itself); MLX's transpose and reshape otherwise.
     pub fn merge_heads(&self, x: &Array) -> Result<Array> {
-        wrap("merge_heads", bridge::fast_merge_heads(&x.inner, self.path.code()))
+        wrap("merge_heads", bridge::fast_merge_heads(&x.inner, self.path.ffi()))
     }
 
     /// `act(a) * b`, elementwise (the gate of a gated MLP).
     pub fn gated_activation(&self, act: GateActivation, a: &Array, b: &Array) -> Result<Array> {
-        let (kind, name) = match act {
-            GateActivation::Silu => (0, "silu_mul"),
-            GateActivation::GeluApprox => (1, "gelu_approx_mul"),
+        let name = match act {
+            GateActivation::Silu => "silu_mul",
+            GateActivation::GeluApprox => "gelu_approx_mul",
         };
-        wrap(name, bridge::fast_gated_activation(kind, &a.inner, &b.inner, self.path.code()))
+        wrap(name, bridge::fast_gated_activation(act.ffi(), &a.inner, &b.inner, self.path.ffi()))
     }
 }
 
@@ -556,12 +519,18 @@ pub struct RopeSpec<'a> {
     pub freqs: Option<&'a Array>,
 }
 
+impl RopeSpec<'_> {
+    fn ffi(&self) -> bridge::RopeParams {
+        bridge::RopeParams { dims: self.dims, traditional: self.traditional, base: self.base, scale: self.scale }
+    }
+}
+
 /// Where one attention step's keys and values go in a layer's KV cache
 /// buffers, and which buffer positions its queries see.
 pub struct CacheSlot<'a> {
-    /// Key buffer, `[batch, kv_heads, capacity, head_dim]`.
+    /// Key buffer of one sequence, `[1, kv_heads, capacity, head_dim]`.
     pub keys: &'a Array,
-    /// Value buffer, `[batch, kv_heads, capacity, value_dim]`.
+    /// Value buffer of one sequence, `[1, kv_heads, capacity, value_dim]`.
     pub values: &'a Array,
     /// First position the step's keys and values are written to.
     pub slot: usize,
@@ -709,10 +678,24 @@ pub fn threads() -> usize {
     bridge::kernels_threads().max(1) as usize
 }
 
-/// The default thread count: `MLXCEL_THREADS`, else the physical cores this
-/// process may run on.
+/// The default thread count (what [`set_threads`]`(0)` restores):
+/// [`set_default_threads`]'s, else the physical cores this process may run on.
 pub fn default_threads() -> usize {
     bridge::kernels_default_threads().max(1) as usize
+}
+
+/// Sets the default thread count, process-wide (0: the physical cores this
+/// process may run on); a pool that runs already takes it at once.
+pub fn set_default_threads(n: usize) {
+    bridge::kernels_set_default_threads(i32::try_from(n).unwrap_or(i32::MAX));
+}
+
+/// How long an idle kernel worker spins, polling for the next job, before it
+/// parks on a futex (default 3000 µs), and whether it yields its core
+/// between polls (default true); docs/kernels.md "Threading". Applies from
+/// the next idle loop.
+pub fn set_spin(spin_us: u32, spin_yield: bool) {
+    bridge::kernels_set_spin(i32::try_from(spin_us).unwrap_or(i32::MAX), spin_yield);
 }
 
 /// Sets the kernels' thread count, process-wide (0 restores the default).
@@ -742,13 +725,13 @@ impl Isa {
     /// the best this CPU has).
     pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
 
-    fn code(self) -> u8 {
+    fn ffi(self) -> bridge::Isa {
         match self {
-            Isa::Scalar => 0,
-            Isa::Avx2 => 1,
-            Isa::Avx512 => 2,
-            Isa::Avx512Vnni => 3,
-            Isa::Neon => 4,
+            Isa::Scalar => bridge::Isa::Scalar,
+            Isa::Avx2 => bridge::Isa::Avx2,
+            Isa::Avx512 => bridge::Isa::Avx512,
+            Isa::Avx512Vnni => bridge::Isa::Avx512Vnni,
+            Isa::Neon => bridge::Isa::Neon,
         }
     }
 
@@ -765,7 +748,24 @@ impl Isa {
 
     /// Whether this CPU (and OS) can run it.
     pub fn is_supported(self) -> bool {
-        bridge::kernels_isa_supported(self.code())
+        bridge::kernels_isa_supported(self.ffi())
+    }
+
+    /// The best ISA this CPU supports (what the kernels start with).
+    pub fn best() -> Isa {
+        Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap_or(Isa::Scalar)
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = Error;
+
+    /// One of the [`Isa::name`]s.
+    fn from_str(s: &str) -> Result<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+            Error::invalid("isa", format!("{s:?} is not one of {}", names.join(", ")))
+        })
     }
 }
 
@@ -777,18 +777,13 @@ impl std::fmt::Display for Isa {
 
 /// The ISA the kernels run with now.
 pub fn isa() -> Isa {
-    match bridge::kernels_isa() {
-        4 => Isa::Neon,
-        3 => Isa::Avx512Vnni,
-        2 => Isa::Avx512,
-        1 => Isa::Avx2,
-        _ => Isa::Scalar,
-    }
+    let now = bridge::kernels_isa();
+    Isa::ALL.into_iter().find(|i| i.ffi() == now).unwrap_or(Isa::Scalar)
 }
 
 /// Makes the kernels use `isa`, process-wide (tests run each ISA this way).
 pub fn set_isa(isa: Isa) -> Result<()> {
-    if bridge::kernels_set_isa(isa.code()) {
+    if bridge::kernels_set_isa(isa.ffi()) {
         Ok(())
     } else {
         Err(Error::Device(format!("this CPU cannot run the {isa} kernels")))
@@ -807,19 +802,25 @@ pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
 /// pass through MLX's stream thread: no task queue, no wake-up of that thread
 /// per node, no third thread competing for the cores (docs/kernels.md
 /// "Evaluating a step inline"). Any other graph goes to MLX's eval, and so
-/// does every graph under `MLXCEL_INLINE_EVAL=0`.
+/// does every graph after [`set_inline_eval`]`(false)`.
 pub fn eval(outputs: &[&Array]) -> Result<()> {
-    if inline_enabled() && eval_inline(outputs)? {
+    if inline_eval() && eval_inline(outputs)? {
         return Ok(());
     }
     Array::eval_all(outputs)
 }
 
-/// `MLXCEL_INLINE_EVAL=0` sends every graph to MLX's eval (for comparison
-/// and debugging), read once.
-fn inline_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("MLXCEL_INLINE_EVAL").map_or(true, |v| v != "0"))
+static INLINE_EVAL: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`eval`] tries [`eval_inline`] first (default true).
+pub fn inline_eval() -> bool {
+    INLINE_EVAL.load(Ordering::Relaxed)
+}
+
+/// Makes [`eval`] try inline evaluation (true) or send every graph to MLX's
+/// eval (false: for comparison and debugging), process-wide.
+pub fn set_inline_eval(on: bool) {
+    INLINE_EVAL.store(on, Ordering::Relaxed);
 }
 
 /// The inline half of [`eval`]: evaluates `outputs` on the calling thread and

@@ -26,6 +26,155 @@ const _: () = {
 
 #[cxx::bridge(namespace = "mlxcel")]
 pub(crate) mod bridge {
+    // Every enum that crosses the bridge is declared here once. Those whose
+    // C++ definition is the source of truth (the kernels' own, and the
+    // operations' in cpp/nodes/ops.h) are also `extern "C++"` types below:
+    // cxx then checks at compile time that both sides have the same
+    // variants and values. The others cxx defines for C++ (bridge.cc).
+
+    /// MLX's element types (`mx::Dtype::Val`).
+    enum Dtype {
+        Bool,
+        U8,
+        U16,
+        U32,
+        U64,
+        I8,
+        I16,
+        I32,
+        I64,
+        F16,
+        F32,
+        F64,
+        BF16,
+        Complex64,
+    }
+
+    /// Elementwise operations of one array (`unary` in bridge.cc).
+    enum UnaryOp {
+        Negative,
+        Exp,
+        Log,
+        Sqrt,
+        Rsqrt,
+        Square,
+        Abs,
+        Tanh,
+        Sigmoid,
+        Erf,
+        Sin,
+        Cos,
+        Floor,
+        Ceil,
+        LogicalNot,
+        Log1p,
+        Reciprocal,
+        IsNan,
+        IsInf,
+    }
+
+    /// Elementwise operations of two arrays with broadcasting (`binary`).
+    enum BinaryOp {
+        Add,
+        Subtract,
+        Multiply,
+        Divide,
+        Maximum,
+        Minimum,
+        Power,
+        Equal,
+        NotEqual,
+        Less,
+        LessEqual,
+        Greater,
+        GreaterEqual,
+        LogicalAnd,
+        LogicalOr,
+        Remainder,
+        FloorDivide,
+    }
+
+    /// Reductions over axes (`reduce`).
+    enum ReduceOp {
+        Sum,
+        Mean,
+        Max,
+        Min,
+        Prod,
+        LogSumExp,
+    }
+
+    /// Index reductions along one axis (`arg_reduce`).
+    enum ArgReduceOp {
+        ArgMax,
+        ArgMin,
+    }
+
+    /// MLX's quantization modes (its mode strings, spelled in bridge.cc only).
+    enum QuantMode {
+        Affine,
+        Mxfp4,
+        Mxfp8,
+        Nvfp4,
+    }
+
+    /// MLX's device kinds.
+    enum DeviceKind {
+        Cpu,
+        Gpu,
+    }
+
+    /// Whose implementation an operation of cpp/nodes/ops.h uses.
+    #[namespace = "mlxcel::fast"]
+    enum Path {
+        Auto,
+        Kernel,
+        Mlx,
+    }
+
+    /// The mask of `fast_sdpa` (MLX's mask-mode strings, spelled in ops.cc only).
+    #[namespace = "mlxcel::fast"]
+    enum MaskMode {
+        None,
+        Causal,
+        Array,
+    }
+
+    /// The kernels' instruction sets (cpp/kernels/kernels.h).
+    #[namespace = "mlxcel::kern"]
+    #[repr(i32)]
+    enum Isa {
+        Scalar,
+        Avx2,
+        Avx512,
+        Avx512Vnni,
+        Neon,
+    }
+
+    /// The activation of a gated MLP (cpp/kernels/kernels.h).
+    #[namespace = "mlxcel::kern"]
+    #[repr(i32)]
+    enum Activation {
+        Silu,
+        GeluTanh,
+    }
+
+    /// A rotary embedding's parameters (the wavelengths, if any, travel as an array).
+    struct RopeParams {
+        dims: i32,
+        traditional: bool,
+        base: f32,
+        scale: f32,
+    }
+
+    /// One sequence of a cached attention step, its buffers aside.
+    struct CacheStep {
+        offset: i32,
+        slot: i32,
+        visible: i32,
+        causal: bool,
+    }
+
     extern "Rust" {
         type SharedBytes;
     }
@@ -33,10 +182,19 @@ pub(crate) mod bridge {
     unsafe extern "C++" {
         include!("mlxcel-mlx/cpp/bridge.h");
 
+        #[namespace = "mlxcel::fast"]
+        type Path;
+        #[namespace = "mlxcel::fast"]
+        type MaskMode;
+        #[namespace = "mlxcel::kern"]
+        type Isa;
+        #[namespace = "mlxcel::kern"]
+        type Activation;
+
         type Array;
         type ArrayList;
 
-        fn array_from_bytes(data: &[u8], shape: &[i32], dtype: u8) -> Result<UniquePtr<Array>>;
+        fn array_from_bytes(data: &[u8], shape: &[i32], dtype: Dtype) -> Result<UniquePtr<Array>>;
         /// An array whose data is `region` minus its first `size_of::<usize>()`
         /// bytes (MLX's CPU allocator reads that word as the buffer's size
         /// header), without a copy. Refuses (throws) unless
@@ -50,16 +208,16 @@ pub(crate) mod bridge {
             region: &[u8],
             owner: Box<SharedBytes>,
             shape: &[i32],
-            dtype: u8,
+            dtype: Dtype,
         ) -> Result<UniquePtr<Array>>;
         fn borrowing_supported() -> bool;
         fn is_borrowed(a: &Array) -> bool;
         fn data_address(a: &Array) -> Result<usize>;
-        fn full(shape: &[i32], value: f64, dtype: u8) -> Result<UniquePtr<Array>>;
-        fn arange(start: f64, stop: f64, step: f64, dtype: u8) -> Result<UniquePtr<Array>>;
+        fn full(shape: &[i32], value: f64, dtype: Dtype) -> Result<UniquePtr<Array>>;
+        fn arange(start: f64, stop: f64, step: f64, dtype: Dtype) -> Result<UniquePtr<Array>>;
         fn clone_array(a: &Array) -> UniquePtr<Array>;
         fn shape(a: &Array) -> Vec<i32>;
-        fn dtype(a: &Array) -> u8;
+        fn dtype(a: &Array) -> Dtype;
         fn nbytes(a: &Array) -> usize;
         fn eval(a: &Array) -> Result<()>;
         fn eval_list(list: &ArrayList) -> Result<()>;
@@ -70,15 +228,22 @@ pub(crate) mod bridge {
         fn list_len(list: &ArrayList) -> usize;
         fn list_get(list: &ArrayList, index: usize) -> Result<UniquePtr<Array>>;
 
-        fn unary(op: u8, a: &Array) -> Result<UniquePtr<Array>>;
-        fn binary(op: u8, a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        fn unary(op: UnaryOp, a: &Array) -> Result<UniquePtr<Array>>;
+        fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
         fn where_(cond: &Array, a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
-        fn reduce(op: u8, a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
-        fn arg_reduce(op: u8, a: &Array, axis: i32, keepdims: bool) -> Result<UniquePtr<Array>>;
+        fn reduce(op: ReduceOp, a: &Array, axes: &[i32], keepdims: bool) -> Result<UniquePtr<Array>>;
+        fn arg_reduce(op: ArgReduceOp, a: &Array, axis: i32, keepdims: bool) -> Result<UniquePtr<Array>>;
         fn softmax(a: &Array, axes: &[i32], precise: bool) -> Result<UniquePtr<Array>>;
         fn cumsum(a: &Array, axis: i32, reverse: bool, inclusive: bool) -> Result<UniquePtr<Array>>;
 
         fn matmul(a: &Array, b: &Array) -> Result<UniquePtr<Array>>;
+        fn gather_mm(
+            a: &Array,
+            b: &Array,
+            lhs_indices: UniquePtr<Array>,
+            rhs_indices: UniquePtr<Array>,
+            sorted_indices: bool,
+        ) -> Result<UniquePtr<Array>>;
         fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<UniquePtr<Array>>;
 
         fn reshape(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
@@ -87,7 +252,7 @@ pub(crate) mod bridge {
         fn expand_dims(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
         fn squeeze(a: &Array, axes: &[i32]) -> Result<UniquePtr<Array>>;
         fn broadcast_to(a: &Array, shape: &[i32]) -> Result<UniquePtr<Array>>;
-        fn astype(a: &Array, dtype: u8) -> Result<UniquePtr<Array>>;
+        fn astype(a: &Array, dtype: Dtype) -> Result<UniquePtr<Array>>;
         fn contiguous(a: &Array) -> Result<UniquePtr<Array>>;
         fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Result<UniquePtr<Array>>;
         fn slice_dynamic(a: &Array, start: &Array, axes: &[i32], size: &[i32]) -> Result<UniquePtr<Array>>;
@@ -144,20 +309,23 @@ pub(crate) mod bridge {
             k: &Array,
             v: &Array,
             scale: f32,
-            mask_mode: &str,
+            mask_mode: MaskMode,
             mask: UniquePtr<Array>,
             sinks: UniquePtr<Array>,
         ) -> Result<UniquePtr<Array>>;
 
-        fn quantize(w: &Array, group_size: i32, bits: i32, mode: &str) -> Result<UniquePtr<ArrayList>>;
+        fn quantize(w: &Array, group_size: i32, bits: i32, mode: QuantMode) -> Result<UniquePtr<ArrayList>>;
+        #[allow(clippy::too_many_arguments)]
         fn dequantize(
             w: &Array,
             scales: &Array,
             biases: UniquePtr<Array>,
             group_size: i32,
             bits: i32,
-            mode: &str,
-            dtype: u8,
+            mode: QuantMode,
+            // The output dtype; with `scales_dtype`, the scales' (dtype ignored).
+            dtype: Dtype,
+            scales_dtype: bool,
         ) -> Result<UniquePtr<Array>>;
         #[allow(clippy::too_many_arguments)]
         fn quantized_matmul(
@@ -168,7 +336,7 @@ pub(crate) mod bridge {
             transpose: bool,
             group_size: i32,
             bits: i32,
-            mode: &str,
+            mode: QuantMode,
         ) -> Result<UniquePtr<Array>>;
 
         #[allow(clippy::too_many_arguments)]
@@ -182,18 +350,11 @@ pub(crate) mod bridge {
             transpose: bool,
             group_size: i32,
             bits: i32,
-            mode: &str,
-            sorted_indices: bool,
-        ) -> Result<UniquePtr<Array>>;
-        fn gather_mm(
-            a: &Array,
-            b: &Array,
-            lhs_indices: UniquePtr<Array>,
-            rhs_indices: UniquePtr<Array>,
+            mode: QuantMode,
             sorted_indices: bool,
         ) -> Result<UniquePtr<Array>>;
 
-        // mlxcel's kernels (cpp/kernels/primitives.h); `path`: 0 auto, 1 ours, 2 MLX's.
+        // mlxcel's kernels (cpp/nodes/ops.h).
         #[allow(clippy::too_many_arguments)]
         fn fast_quantized_linear(
             x: &Array,
@@ -202,7 +363,7 @@ pub(crate) mod bridge {
             biases: UniquePtr<Array>,
             group_size: i32,
             bits: i32,
-            path: u8,
+            path: Path,
         ) -> Result<UniquePtr<Array>>;
         #[allow(clippy::too_many_arguments)]
         fn fast_quantized_gather(
@@ -213,7 +374,7 @@ pub(crate) mod bridge {
             group_size: i32,
             bits: i32,
             scale: f32,
-            path: u8,
+            path: Path,
         ) -> Result<UniquePtr<Array>>;
         fn fast_quantized_linear_multi(
             x: &Array,
@@ -221,61 +382,53 @@ pub(crate) mod bridge {
             heads: &[i32],
             group_size: i32,
             bits: i32,
-            path: u8,
+            path: Path,
         ) -> Result<UniquePtr<ArrayList>>;
         fn fast_quantized_gated_linear(
-            kind: u8,
+            act: Activation,
             x: &Array,
             weights: &ArrayList,
             group_size: i32,
             bits: i32,
-            path: u8,
+            path: Path,
         ) -> Result<UniquePtr<Array>>;
-        fn fast_rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32, path: u8) -> Result<UniquePtr<Array>>;
-        fn fast_add(a: &Array, b: &Array, path: u8) -> Result<UniquePtr<Array>>;
-        #[allow(clippy::too_many_arguments)]
+        fn fast_rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32, path: Path) -> Result<UniquePtr<Array>>;
+        fn fast_add(a: &Array, b: &Array, path: Path) -> Result<UniquePtr<Array>>;
         fn fast_rope(
             x: &Array,
-            dims: i32,
-            traditional: bool,
-            base: f32,
-            scale: f32,
-            offset: i32,
+            rope: &RopeParams,
             freqs: UniquePtr<Array>,
-            path: u8,
+            offset: i32,
+            path: Path,
         ) -> Result<UniquePtr<Array>>;
         fn fast_sdpa(
             q: &Array,
             k: &Array,
             v: &Array,
             scale: f32,
-            mask_mode: &str,
+            mask_mode: MaskMode,
             mask: UniquePtr<Array>,
-            path: u8,
+            path: Path,
         ) -> Result<UniquePtr<Array>>;
-        #[allow(clippy::too_many_arguments)]
+        /// `arrays`: q, k, v, then each row's key and value buffers.
         fn fast_cached_attention(
             arrays: &ArrayList,
+            rope: &RopeParams,
             freqs: UniquePtr<Array>,
-            dims: i32,
-            traditional: bool,
-            base: f32,
-            rope_scale: f32,
-            offset: i32,
-            slot: i32,
-            visible: i32,
-            causal: bool,
+            rows: &[CacheStep],
             scale: f32,
-            path: u8,
+            path: Path,
         ) -> Result<UniquePtr<ArrayList>>;
-        fn fast_merge_heads(x: &Array, path: u8) -> Result<UniquePtr<Array>>;
-        fn fast_gated_activation(kind: u8, a: &Array, b: &Array, path: u8) -> Result<UniquePtr<Array>>;
+        fn fast_merge_heads(x: &Array, path: Path) -> Result<UniquePtr<Array>>;
+        fn fast_gated_activation(act: Activation, a: &Array, b: &Array, path: Path) -> Result<UniquePtr<Array>>;
         fn kernels_threads() -> i32;
         fn kernels_default_threads() -> i32;
         fn kernels_set_threads(n: i32);
-        fn kernels_isa() -> u8;
-        fn kernels_isa_supported(isa: u8) -> bool;
-        fn kernels_set_isa(isa: u8) -> bool;
+        fn kernels_set_default_threads(n: i32);
+        fn kernels_set_spin(spin_us: i32, spin_yield: bool);
+        fn kernels_isa() -> Isa;
+        fn kernels_isa_supported(isa: Isa) -> bool;
+        fn kernels_set_isa(isa: Isa) -> bool;
         fn kernels_read_bandwidth(bytes: usize, reps: i32) -> f64;
         fn pending_ops(list: &ArrayList) -> Vec<String>;
         fn eval_inline(list: &ArrayList) -> Result<bool>;
@@ -283,15 +436,15 @@ pub(crate) mod bridge {
 
         fn random_key(seed: u64) -> Result<UniquePtr<Array>>;
         fn random_split(key: &Array, num: i32) -> Result<UniquePtr<Array>>;
-        fn random_uniform(low: f32, high: f32, shape: &[i32], dtype: u8, key: &Array) -> Result<UniquePtr<Array>>;
-        fn random_normal(shape: &[i32], dtype: u8, loc: f32, scale: f32, key: &Array) -> Result<UniquePtr<Array>>;
+        fn random_uniform(low: f32, high: f32, shape: &[i32], dtype: Dtype, key: &Array) -> Result<UniquePtr<Array>>;
+        fn random_normal(shape: &[i32], dtype: Dtype, loc: f32, scale: f32, key: &Array) -> Result<UniquePtr<Array>>;
         fn random_categorical(logits: &Array, axis: i32, key: &Array) -> Result<UniquePtr<Array>>;
 
         fn mlx_version() -> String;
         fn gpu_available() -> bool;
-        fn default_device() -> u8;
-        fn set_default_device(device: u8) -> Result<()>;
-        fn device_name(device: u8) -> Result<String>;
+        fn default_device() -> DeviceKind;
+        fn set_default_device(device: DeviceKind) -> Result<()>;
+        fn device_name(device: DeviceKind) -> Result<String>;
         fn synchronize() -> Result<()>;
         fn active_memory() -> usize;
         fn peak_memory() -> usize;

@@ -25,9 +25,10 @@ pub mod layers;
 pub mod memory;
 mod ops;
 pub mod random;
+pub mod settings;
 
 pub use array::Array;
-pub use device::Device;
+pub use device::{Device, DeviceRequest};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
 pub use layers::{Linear, Weight};

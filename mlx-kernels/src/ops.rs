@@ -9,66 +9,6 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::ffi::bridge;
 
-/// Codes of `unary` in cpp/bridge.cc.
-#[derive(Clone, Copy)]
-#[repr(u8)]
-enum Unary {
-    Negative = 0,
-    Exp = 1,
-    Log = 2,
-    Sqrt = 3,
-    Rsqrt = 4,
-    Square = 5,
-    Abs = 6,
-    Tanh = 7,
-    Sigmoid = 8,
-    Erf = 9,
-    Sin = 10,
-    Cos = 11,
-    Floor = 12,
-    Ceil = 13,
-    LogicalNot = 14,
-    Log1p = 15,
-    Reciprocal = 16,
-    IsNan = 17,
-    IsInf = 18,
-}
-
-/// Codes of `binary` in cpp/bridge.cc.
-#[derive(Clone, Copy)]
-#[repr(u8)]
-enum Binary {
-    Add = 0,
-    Subtract = 1,
-    Multiply = 2,
-    Divide = 3,
-    Maximum = 4,
-    Minimum = 5,
-    Power = 6,
-    Equal = 7,
-    NotEqual = 8,
-    Less = 9,
-    LessEqual = 10,
-    Greater = 11,
-    GreaterEqual = 12,
-    LogicalAnd = 13,
-    LogicalOr = 14,
-    Remainder = 15,
-    FloorDivide = 16,
-}
-
-/// Codes of `reduce` in cpp/bridge.cc.
-#[derive(Clone, Copy)]
-#[repr(u8)]
-enum Reduce {
-    Sum = 0,
-    Mean = 1,
-    Max = 2,
-    Min = 3,
-    Prod = 4,
-    LogSumExp = 5,
-}
-
 /// An optional array as the bridge takes it (null for none).
 fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
     match a {
@@ -92,6 +32,16 @@ pub enum QuantMode {
 }
 
 impl QuantMode {
+    /// The bridge's name for it.
+    pub(crate) fn ffi(self) -> bridge::QuantMode {
+        match self {
+            QuantMode::Affine => bridge::QuantMode::Affine,
+            QuantMode::Mxfp4 => bridge::QuantMode::Mxfp4,
+            QuantMode::Mxfp8 => bridge::QuantMode::Mxfp8,
+            QuantMode::Nvfp4 => bridge::QuantMode::Nvfp4,
+        }
+    }
+
     /// The name MLX uses for the mode.
     pub fn name(self) -> &'static str {
         match self {
@@ -126,7 +76,7 @@ macro_rules! unary_ops {
     ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {$(
         $(#[$doc])*
         pub fn $name(&self) -> Result<Array> {
-            wrap(stringify!($name), bridge::unary(Unary::$op as u8, &self.inner))
+            wrap(stringify!($name), bridge::unary(bridge::UnaryOp::$op, &self.inner))
         }
     )*};
 }
@@ -135,7 +85,7 @@ macro_rules! binary_ops {
     ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {$(
         $(#[$doc])*
         pub fn $name(&self, other: &Array) -> Result<Array> {
-            wrap(stringify!($name), bridge::binary(Binary::$op as u8, &self.inner, &other.inner))
+            wrap(stringify!($name), bridge::binary(bridge::BinaryOp::$op, &self.inner, &other.inner))
         }
     )*};
 }
@@ -144,7 +94,7 @@ macro_rules! reduce_ops {
     ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {$(
         $(#[$doc])*
         pub fn $name(&self, axes: &[i32], keepdims: bool) -> Result<Array> {
-            wrap(stringify!($name), bridge::reduce(Reduce::$op as u8, &self.inner, axes, keepdims))
+            wrap(stringify!($name), bridge::reduce(bridge::ReduceOp::$op, &self.inner, axes, keepdims))
         }
     )*};
 }
@@ -290,12 +240,12 @@ impl Array {
 
     /// Index of the largest element along `axis`.
     pub fn argmax(&self, axis: i32, keepdims: bool) -> Result<Array> {
-        wrap("argmax", bridge::arg_reduce(0, &self.inner, axis, keepdims))
+        wrap("argmax", bridge::arg_reduce(bridge::ArgReduceOp::ArgMax, &self.inner, axis, keepdims))
     }
 
     /// Index of the smallest element along `axis`.
     pub fn argmin(&self, axis: i32, keepdims: bool) -> Result<Array> {
-        wrap("argmin", bridge::arg_reduce(1, &self.inner, axis, keepdims))
+        wrap("argmin", bridge::arg_reduce(bridge::ArgReduceOp::ArgMin, &self.inner, axis, keepdims))
     }
 
     /// Softmax over `axes`; `precise` accumulates low-precision inputs in f32.
@@ -316,9 +266,14 @@ impl Array {
         wrap("matmul", bridge::matmul(&self.inner, &other.inner))
     }
 
-    /// Products of `self`'s matrices with a stack of matrices `b`, each side
-    /// chosen per output by `lhs_indices` / `rhs_indices` (MLX's `gather_mm`;
-    /// mixture-of-experts with float weights).
+    /// Matrix products of gathered matrices (MLX's `gather_mm`, a
+    /// mixture-of-experts layer's expert products): `self [.., M, K]` and
+    /// `b [.., K, N]` are stacks of matrices; product i multiplies
+    /// `self`'s matrix `lhs_indices[i]` by `b`'s matrix `rhs_indices[i]`
+    /// (integer indices into the flattened leading dimensions; `None` takes
+    /// them in order, as a batched matmul). The result is
+    /// `[..broadcast(lhs, rhs shapes), M, N]`. `sorted_indices` promises
+    /// `rhs_indices` ascending (MLX may then group the products per matrix).
     pub fn gather_mm(
         &self,
         b: &Array,
@@ -369,7 +324,7 @@ impl Array {
 
     /// Converts the elements to `dtype`.
     pub fn astype(&self, dtype: Dtype) -> Result<Array> {
-        wrap("astype", bridge::astype(&self.inner, dtype.code()))
+        wrap("astype", bridge::astype(&self.inner, dtype.ffi()))
     }
 
     /// A row-contiguous copy (a no-op when already contiguous).
@@ -522,12 +477,12 @@ pub enum AttentionMask<'a> {
 }
 
 impl AttentionMask<'_> {
-    /// MLX's mask mode and the mask array, as the bridge takes them.
-    pub(crate) fn mode_and_array(&self) -> (&'static str, Option<&Array>) {
+    /// The mask mode and the mask array, as the bridge takes them.
+    pub(crate) fn mode_and_array(&self) -> (bridge::MaskMode, Option<&Array>) {
         match *self {
-            AttentionMask::None => ("", None),
-            AttentionMask::Causal => ("causal", None),
-            AttentionMask::Array(a) => ("array", Some(a)),
+            AttentionMask::None => (bridge::MaskMode::None, None),
+            AttentionMask::Causal => (bridge::MaskMode::Causal, None),
+            AttentionMask::Array(a) => (bridge::MaskMode::Array, Some(a)),
         }
     }
 }
@@ -553,7 +508,7 @@ pub fn scaled_dot_product_attention(
 impl Array {
     /// Quantizes a matrix along its last axis.
     pub fn quantize(&self, group_size: i32, bits: i32, mode: QuantMode) -> Result<Quantized> {
-        let mut parts = from_list("quantize", bridge::quantize(&self.inner, group_size, bits, mode.name()))?;
+        let mut parts = from_list("quantize", bridge::quantize(&self.inner, group_size, bits, mode.ffi()))?;
         let biases = if parts.len() == 3 { parts.pop() } else { None };
         match (parts.pop(), parts.pop()) {
             (Some(scales), Some(weight)) => Ok(Quantized { weight, scales, biases, group_size, bits, mode }),
@@ -573,17 +528,18 @@ impl Quantized {
                 opt(self.biases.as_ref()),
                 self.group_size,
                 self.bits,
-                self.mode.name(),
-                dtype.map_or(255, Dtype::code),
+                self.mode.ffi(),
+                dtype.unwrap_or(Dtype::F32).ffi(),
+                dtype.is_none(),
             ),
         )
     }
 
-    /// Products of a stack of quantized matrices (`W: [.., E, out, in]`,
-    /// mixture-of-experts weights) with rows of `x`, the matrices chosen per
-    /// row by `rhs_indices` (and the rows of `x` by `lhs_indices`): MLX's
-    /// `gather_qmm`. With `sorted_indices` the indices must be sorted (MLX
-    /// then groups rows by matrix).
+    /// [`Array::gather_mm`] against quantized matrices (MLX's `gather_qmm`):
+    /// `self` is a stack of quantized matrices `[.., N, K]` (experts), and
+    /// product i is x's matrix `lhs_indices[i]` times `self`'s matrix
+    /// `rhs_indices[i]`, transposed with `transpose` (`x @ W_eᵀ`, the usual
+    /// layout) or not (`x @ W_e`).
     pub fn gather_matmul(
         &self,
         x: &Array,
@@ -604,7 +560,7 @@ impl Quantized {
                 transpose,
                 self.group_size,
                 self.bits,
-                self.mode.name(),
+                self.mode.ffi(),
                 sorted_indices,
             ),
         )
@@ -622,7 +578,7 @@ impl Quantized {
                 transpose,
                 self.group_size,
                 self.bits,
-                self.mode.name(),
+                self.mode.ffi(),
             ),
         )
     }

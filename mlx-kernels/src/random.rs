@@ -34,12 +34,12 @@ impl Key {
 
 /// Uniform samples in `[low, high)`.
 pub fn uniform(low: f32, high: f32, shape: &[i32], dtype: Dtype, key: &Key) -> Result<Array> {
-    wrap("random_uniform", bridge::random_uniform(low, high, shape, dtype.code(), &key.array.inner))
+    wrap("random_uniform", bridge::random_uniform(low, high, shape, dtype.ffi(), &key.array.inner))
 }
 
 /// Normal samples with mean `loc` and standard deviation `scale`.
 pub fn normal(shape: &[i32], dtype: Dtype, loc: f32, scale: f32, key: &Key) -> Result<Array> {
-    wrap("random_normal", bridge::random_normal(shape, dtype.code(), loc, scale, &key.array.inner))
+    wrap("random_normal", bridge::random_normal(shape, dtype.ffi(), loc, scale, &key.array.inner))
 }
 
 /// One index per row drawn from `softmax(logits)` along `axis`.

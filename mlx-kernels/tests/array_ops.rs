@@ -466,3 +466,54 @@ fn bad_shapes_and_dtypes_are_errors() {
     // The process is still healthy after all of that.
     assert_eq!(vals(&a.add(&a).unwrap()), vec![2.0; 6]);
 }
+
+/// MLX's `gather_mm` (a mixture of experts' products) against gathering the
+/// matrices and multiplying them: a plain f64 reference and MLX's own take
+/// and matmul, with explicit, broadcast, sorted and absent indices.
+#[test]
+fn gather_mm_matches_gather_then_matmul() {
+    init();
+    let (mut rng, _) = rng("gather_mm_matches_gather_then_matmul");
+    let (m, k, n) = (3usize, 16usize, 5usize);
+    let (a, b) = (normal(&mut rng, 4 * m * k), normal(&mut rng, 6 * k * n));
+    let (aa, ba) = (arr(&a, &[4, m as i32, k as i32]), arr(&b, &[6, k as i32, n as i32]));
+    let reference = |pairs: &[(usize, usize)]| -> Vec<f32> {
+        pairs
+            .iter()
+            .flat_map(|&(l, r)| ref_matmul(&a[l * m * k..(l + 1) * m * k], &b[r * k * n..(r + 1) * k * n], m, k, n))
+            .collect()
+    };
+    let lhs = [0u32, 3, 1, 3, 2];
+    let rhs = [5u32, 0, 2, 2, 1];
+    let (li, ri) = (Array::from_slice(&lhs, &[5]).unwrap(), Array::from_slice(&rhs, &[5]).unwrap());
+    let got = aa.gather_mm(&ba, Some(&li), Some(&ri), false).unwrap();
+    assert_eq!(got.shape(), vec![5, m as i32, n as i32]);
+    let pairs: Vec<(usize, usize)> = lhs.iter().zip(&rhs).map(|(&l, &r)| (l as usize, r as usize)).collect();
+    assert_rms("gather_mm", &vals(&got), &reference(&pairs), matmul_tol(Dtype::F32));
+    let via_take = aa.take(&li, 0).unwrap().matmul(&ba.take(&ri, 0).unwrap()).unwrap();
+    assert_rms("gather_mm against take + matmul", &vals(&got), &vals(&via_take), matmul_tol(Dtype::F32));
+
+    // Indices broadcast against each other: [2, 1] with [1, 3] gives [2, 3] products.
+    let l2 = Array::from_slice(&[1u32, 2], &[2, 1]).unwrap();
+    let r2 = Array::from_slice(&[4u32, 0, 3], &[1, 3]).unwrap();
+    let got = aa.gather_mm(&ba, Some(&l2), Some(&r2), false).unwrap();
+    assert_eq!(got.shape(), vec![2, 3, m as i32, n as i32]);
+    let pairs: Vec<(usize, usize)> = [1, 2].iter().flat_map(|&l| [4, 0, 3].map(|r| (l, r))).collect();
+    assert_rms("gather_mm broadcast", &vals(&got), &reference(&pairs), matmul_tol(Dtype::F32));
+
+    // Ascending right-hand indices, promised sorted.
+    let sorted = [0u32, 0, 2, 5, 5];
+    let rs = Array::from_slice(&sorted, &[5]).unwrap();
+    let got = aa.gather_mm(&ba, Some(&li), Some(&rs), true).unwrap();
+    let pairs: Vec<(usize, usize)> = lhs.iter().zip(&sorted).map(|(&l, &r)| (l as usize, r as usize)).collect();
+    assert_rms("gather_mm sorted", &vals(&got), &reference(&pairs), matmul_tol(Dtype::F32));
+
+    // No indices: a batched matmul.
+    let b4 = ba.slice(&[0, 0, 0], &[4, k as i32, n as i32], &[1, 1, 1]).unwrap();
+    let got = aa.gather_mm(&b4, None, None, false).unwrap();
+    let pairs: Vec<(usize, usize)> = (0..4).map(|i| (i, i)).collect();
+    assert_rms("gather_mm without indices", &vals(&got), &reference(&pairs), matmul_tol(Dtype::F32));
+
+    let wrong = arr(&normal(&mut rng, 7 * n), &[1, 7, n as i32]);
+    assert!(aa.gather_mm(&wrong, None, None, false).is_err(), "inner dimensions differ");
+}

@@ -280,6 +280,78 @@ fn fused_projections_into_heads() {
     });
 }
 
+/// Row r of a batch (the first axis), as a batch of one.
+fn batch_row(x: &Array, r: i32) -> Array {
+    let mut stop = x.shape();
+    let mut start = vec![0; stop.len()];
+    start[0] = r;
+    stop[0] = r + 1;
+    let row = x.slice(&start, &stop, &vec![1; stop.len()]).unwrap().contiguous().unwrap();
+    row.eval().unwrap();
+    row
+}
+
+/// Batch invariance of the products: for x `[B, 1, K]` (one position per
+/// sequence, a decode step), every row of a plain, a residual-adding, a
+/// head-split, a gated product (with an absorbed RMS norm) and an embedding
+/// gather has exactly the bits of that row alone, for B from 2 (the matvec
+/// with several rows) to 17 (beyond the matvec's 8 rows, where a prefill
+/// would take the GEMM), on every ISA with 1 and 2 threads, for 4-, 8- and
+/// 5-bit weights (the avx512vnni int16 path and the float paths).
+#[test]
+fn products_are_batch_invariant() {
+    init();
+    let (mut rng, _) = rng("products_are_batch_invariant");
+    let k = 256usize;
+    for (bits, group) in [(4, 64), (8, 32), (5, 128)] {
+        let (heads, d) = (3i32, 16i32);
+        let wq = quantized(&mut rng, (heads * d) as usize, k, group, bits);
+        let (wg, wu) = (quantized(&mut rng, 40, k, group, bits), quantized(&mut rng, 40, k, group, bits));
+        let table = quantized(&mut rng, 50, k, group, bits);
+        let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
+        for q in [&wq, &wg, &wu, &table] {
+            Array::eval_all(&[&q.weight, &q.scales, q.biases.as_ref().unwrap()]).unwrap();
+        }
+        for b in [2i32, 3, 8, 9, 17] {
+            let x = arr(&normal(&mut rng, b as usize * k), &[b, 1, k as i32]);
+            let r = arr(&normal(&mut rng, (b * heads * d) as usize), &[b, 1, heads * d]);
+            let ids: Vec<u32> = (0..b).map(|_| rng.random_range(0..50)).collect();
+            let ids = Array::from_slice(&ids, &[b, 1]).unwrap();
+            Array::eval_all(&[&x, &r, &norm, &ids]).unwrap();
+            // Each product of one x, in one evaluation.
+            let products = |x: &Array, r: &Array, ids: &Array| -> Vec<Vec<f32>> {
+                let f = kernel();
+                let plain = f.quantized_linear(x, &wq).unwrap();
+                let residual = f.add(&f.quantized_linear(x, &wq).unwrap(), r).unwrap();
+                let split = f.quantized_linear_heads(x, &[(&wq, heads)]).unwrap().remove(0);
+                let normed = f.rms_norm(x, Some(&norm), 1e-5).unwrap();
+                let gated = f.quantized_gated_linear(&normed, &wg, &wu, GateActivation::Silu).unwrap();
+                let rows = f.quantized_embedding(ids, &table).unwrap();
+                let all = [&plain, &residual, &split, &gated, &rows];
+                assert_eq!(
+                    fast::pending_ops(&all).len(),
+                    5,
+                    "one node each (residual and norm fused): {:?}",
+                    fast::pending_ops(&all)
+                );
+                fast::eval(&all).unwrap();
+                all.iter().map(|a| vals(a)).collect()
+            };
+            each_config(|cfg| {
+                let batch = products(&x, &r, &ids);
+                for row in 0..b {
+                    let alone = products(&batch_row(&x, row), &batch_row(&r, row), &batch_row(&ids, row));
+                    for (i, (all, one)) in batch.iter().zip(&alone).enumerate() {
+                        let n = one.len();
+                        let got = &all[row as usize * n..(row as usize + 1) * n];
+                        assert_eq!(got, &one[..], "{cfg} bits={bits} group={group} b={b}: product {i}, row {row}");
+                    }
+                }
+            });
+        }
+    }
+}
+
 /// act(x Gᵀ) * (x Uᵀ) in one node against the same from MLX's ops. Both
 /// products carry the error of check_qlinear (≲ 8·sqrt(K)·ε of their terms);
 /// silu and gelu have slopes ≤ 1.13, so the relative RMS of the result stays
@@ -313,100 +385,190 @@ fn fused_gated_projection() {
     assert!(fast::on(Path::Auto).quantized_gated_linear(&x, &a, &b, GateActivation::Silu).is_ok());
 }
 
-/// A projection of our RMS norm's output absorbs the norm; attention over the
-/// first positions of a buffer reads the buffer; merge_heads makes attention
-/// write [B, L, H·D]. Each fused graph gives the unfused kernels' result bit
-/// for bit, with fewer nodes.
-#[test]
-fn graph_fusions_are_exact() {
-    init();
-    let (mut rng, _) = rng("graph_fusions_are_exact");
-    let (b, l, dim, heads, kvh, hd) = (1i32, 6i32, 128i32, 4i32, 2i32, 32i32);
-    let wq = quantized(&mut rng, (heads * hd) as usize, dim as usize, 32, 4);
-    let wk = quantized(&mut rng, (kvh * hd) as usize, dim as usize, 32, 4);
-    let wv = quantized(&mut rng, (kvh * hd) as usize, dim as usize, 32, 4);
-    let (wg, wu) = (quantized(&mut rng, 96, dim as usize, 64, 8), quantized(&mut rng, 96, dim as usize, 64, 8));
+/// The inputs of the fusion tests: a `[1, 6, 128]` x, a norm weight, 4-bit
+/// q/k/v weights of 4 and 2 heads of 32 and 8-bit gate/up weights, all
+/// computed already (so that pending_ops shows only the nodes under test).
+struct FusionCase {
+    x: Array,
+    norm: Array,
+    wq: Quantized,
+    wk: Quantized,
+    wv: Quantized,
+    wg: Quantized,
+    wu: Quantized,
+}
+
+const FUSION_SHAPE: (i32, i32, i32, i32, i32, i32) = (1, 6, 128, 4, 2, 32);
+
+fn fusion_case(rng: &mut StdRng) -> FusionCase {
+    let (b, l, dim, heads, kvh, hd) = FUSION_SHAPE;
+    let wq = quantized(rng, (heads * hd) as usize, dim as usize, 32, 4);
+    let wk = quantized(rng, (kvh * hd) as usize, dim as usize, 32, 4);
+    let wv = quantized(rng, (kvh * hd) as usize, dim as usize, 32, 4);
+    let (wg, wu) = (quantized(rng, 96, dim as usize, 64, 8), quantized(rng, 96, dim as usize, 64, 8));
     for q in [&wq, &wk, &wv, &wg, &wu] {
         Array::eval_all(&[&q.weight, &q.scales, q.biases.as_ref().unwrap()]).unwrap();
     }
-    let norm = arr(&uniform(&mut rng, dim as usize, 0.5, 1.5), &[dim]);
-    let x = arr(&normal(&mut rng, (b * l * dim) as usize), &[b, l, dim]);
+    let norm = arr(&uniform(rng, dim as usize, 0.5, 1.5), &[dim]);
+    let x = arr(&normal(rng, (b * l * dim) as usize), &[b, l, dim]);
     Array::eval_all(&[&norm, &x]).unwrap();
+    FusionCase { x, norm, wq, wk, wv, wg, wu }
+}
+
+/// Runs `body` with 1 and 2 kernel threads (the fused and unfused graphs
+/// must agree under each).
+fn each_thread_count(mut body: impl FnMut(usize)) {
     let _guard = lock();
     for threads in [1, 2] {
         fast::set_threads(threads);
-        // Norm absorbed into q/k/v and into the gated projection.
-        let h = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
-        let fused = kernel().quantized_linear_heads(&h, &[(&wq, heads), (&wk, kvh), (&wv, kvh)]).unwrap();
-        let ops = fast::pending_ops(&[&fused[0]]);
-        assert!(!ops.iter().any(|o| o == "MlxcelRmsNorm"), "{ops:?}");
-        let gated = kernel().quantized_gated_linear(&h, &wg, &wu, GateActivation::Silu).unwrap();
+        body(threads);
+    }
+    fast::set_threads(0);
+}
+
+/// Fusion rule 1: a projection of our RMS norm's output absorbs the norm
+/// (q/k/v in one node, and the gated projection): the norm node is never
+/// built into the graph, and the values are the unfused graph's bit for bit.
+#[test]
+fn fusion_product_absorbs_norm() {
+    init();
+    let (mut rng, _) = rng("fusion_product_absorbs_norm");
+    let c = fusion_case(&mut rng);
+    let (_, _, _, heads, kvh, _) = FUSION_SHAPE;
+    each_thread_count(|threads| {
+        let h = kernel().rms_norm(&c.x, Some(&c.norm), 1e-5).unwrap();
+        let fused = kernel().quantized_linear_heads(&h, &[(&c.wq, heads), (&c.wk, kvh), (&c.wv, kvh)]).unwrap();
+        let outputs: Vec<&Array> = fused.iter().collect();
+        assert_eq!(fast::pending_ops(&outputs), vec!["MlxcelQuantizedLinearMulti".to_string()]);
+        let gated = kernel().quantized_gated_linear(&h, &c.wg, &c.wu, GateActivation::Silu).unwrap();
         assert_eq!(fast::pending_ops(&[&gated]), vec!["MlxcelQuantizedGatedLinear".to_string()]);
         h.eval().unwrap();
-        let unfused = kernel().quantized_linear_heads(&h, &[(&wq, heads), (&wk, kvh), (&wv, kvh)]).unwrap();
+        let unfused = kernel().quantized_linear_heads(&h, &[(&c.wq, heads), (&c.wk, kvh), (&c.wv, kvh)]).unwrap();
         for (f, u) in fused.iter().zip(&unfused) {
             assert_eq!(vals(f), vals(u), "norm absorbed into q/k/v, {threads} thread(s)");
         }
-        let gated_unfused = kernel().quantized_gated_linear(&h, &wg, &wu, GateActivation::Silu).unwrap();
-        assert_eq!(vals(&gated), vals(&gated_unfused), "norm absorbed into gate/up");
-        // A residual added to a pending product (either side), the product's
-        // own input normalised too: one node, the same bits as product + add.
+        let gated_unfused = kernel().quantized_gated_linear(&h, &c.wg, &c.wu, GateActivation::Silu).unwrap();
+        assert_eq!(vals(&gated), vals(&gated_unfused), "norm absorbed into gate/up, {threads} thread(s)");
+    });
+}
+
+/// Fusion rule 2: a residual added to a pending plain product (either side;
+/// the product's input normalised too) or to a pending RMS norm (Gemma's
+/// post-norms) is one node with the bits of the separate add. A norm that
+/// adds a residual is not absorbed into a later product as a plain norm
+/// would be, and shapes that only broadcast stay MLX's add.
+#[test]
+fn fusion_residual_add() {
+    init();
+    let (mut rng, _) = rng("fusion_residual_add");
+    let c = fusion_case(&mut rng);
+    let (b, l, dim, heads, _, hd) = FUSION_SHAPE;
+    let r = arr(&normal(&mut rng, (b * l * heads * hd) as usize), &[b, l, heads * hd]);
+    let rn = arr(&normal(&mut rng, (b * l * dim) as usize), &[b, l, dim]);
+    Array::eval_all(&[&r, &rn]).unwrap();
+    each_thread_count(|threads| {
+        // The unfused norm, computed with the kernels (ISA) the fused nodes use.
+        let h = kernel().rms_norm(&c.x, Some(&c.norm), 1e-5).unwrap();
+        h.eval().unwrap();
         for residual_first in [false, true] {
-            let wo = &wq;
-            let proj = kernel().quantized_linear(&kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap(), wo).unwrap();
-            let r = arr(&normal(&mut rng, (b * l * heads * hd) as usize), &[b, l, heads * hd]);
-            r.eval().unwrap();
-            let sum = if residual_first { kernel().add(&r, &proj).unwrap() } else { kernel().add(&proj, &r).unwrap() };
+            let add = |p: &Array, r: &Array| {
+                if residual_first { kernel().add(r, p).unwrap() } else { kernel().add(p, r).unwrap() }
+            };
+            let plain_add = |p: &Array, r: &Array| if residual_first { r.add(p).unwrap() } else { p.add(r).unwrap() };
+            let normed = kernel().rms_norm(&c.x, Some(&c.norm), 1e-5).unwrap();
+            let sum = add(&kernel().quantized_linear(&normed, &c.wq).unwrap(), &r);
             assert_eq!(fast::pending_ops(&[&sum]), vec!["MlxcelQuantizedLinearAdd".to_string()]);
-            let product = kernel().quantized_linear(&h, wo).unwrap();
-            let want = if residual_first { r.add(&product).unwrap() } else { product.add(&r).unwrap() };
-            assert_eq!(vals(&sum), vals(&want), "residual absorbed, {threads} thread(s)");
-        }
-        // A residual added to a pending RMS norm (Gemma's post-norms): one
-        // norm node, the same bits as norm + add; it is not absorbed into a
-        // product as a plain norm would be.
-        let r = arr(&normal(&mut rng, (b * l * dim) as usize), &[b, l, dim]);
-        r.eval().unwrap();
-        for residual_first in [false, true] {
-            let n = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
-            let sum = if residual_first { kernel().add(&r, &n).unwrap() } else { kernel().add(&n, &r).unwrap() };
+            let want = plain_add(&kernel().quantized_linear(&h, &c.wq).unwrap(), &r);
+            assert_eq!(vals(&sum), vals(&want), "residual into the product, {threads} thread(s)");
+
+            let n = kernel().rms_norm(&c.x, Some(&c.norm), 1e-5).unwrap();
+            let sum = add(&n, &rn);
             assert_eq!(fast::pending_ops(&[&sum]), vec!["MlxcelRmsNormAdd".to_string()]);
-            let after = kernel().quantized_linear(&sum, &wg).unwrap();
+            let after = kernel().quantized_linear(&sum, &c.wg).unwrap();
             let mut ops = fast::pending_ops(&[&after]);
             ops.sort();
             assert_eq!(ops, vec!["MlxcelQuantizedLinear", "MlxcelRmsNormAdd"]);
-            let n = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
-            n.eval().unwrap();
-            assert_eq!(vals(&sum), vals(&r.add(&n).unwrap()), "residual absorbed by the norm, {threads} thread(s)");
+            assert_eq!(vals(&sum), vals(&plain_add(&h, &rn)), "residual into the norm, {threads} thread(s)");
         }
-        // Shapes that only broadcast stay MLX's add.
-        let row = arr(&normal(&mut rng, (heads * hd) as usize), &[heads * hd]);
-        let broadcast = kernel().add(&kernel().quantized_linear(&h, &wq).unwrap(), &row).unwrap();
-        assert!(fast::pending_ops(&[&broadcast]).iter().any(|o| o == "Add"));
-        // Attention over a prefix of cache buffers, heads merged.
-        let cap = 16;
-        let kbuf = arr(&normal(&mut rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
-        let vbuf = arr(&normal(&mut rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
-        Array::eval_all(&[&kbuf, &vbuf]).unwrap();
-        let lk = 9;
-        let k = kbuf.slice(&[0, 0, 0, 0], &[b, kvh, lk, hd], &[1, 1, 1, 1]).unwrap();
-        let v = vbuf.slice(&[0, 0, 0, 0], &[b, kvh, lk, hd], &[1, 1, 1, 1]).unwrap();
-        let q = &unfused[0];
+    });
+    let row = arr(&normal(&mut rng, (heads * hd) as usize), &[heads * hd]);
+    let broadcast = kernel().add(&kernel().quantized_linear(&c.x, &c.wq).unwrap(), &row).unwrap();
+    assert!(fast::pending_ops(&[&broadcast]).iter().any(|o| o == "Add"));
+}
+
+/// Key and value buffers `[b, kvh, 16, hd]` of a cache and their first 9
+/// positions as MLX slices (what a KV cache hands attention).
+fn cache_prefix_views(rng: &mut StdRng) -> (Array, Array, Array, Array) {
+    let (b, _, _, _, kvh, hd) = FUSION_SHAPE;
+    let (cap, lk) = (16, 9);
+    let kbuf = arr(&normal(rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
+    let vbuf = arr(&normal(rng, (b * kvh * cap * hd) as usize), &[b, kvh, cap, hd]);
+    Array::eval_all(&[&kbuf, &vbuf]).unwrap();
+    let k = kbuf.slice(&[0, 0, 0, 0], &[b, kvh, lk, hd], &[1, 1, 1, 1]).unwrap();
+    let v = vbuf.slice(&[0, 0, 0, 0], &[b, kvh, lk, hd], &[1, 1, 1, 1]).unwrap();
+    (kbuf, vbuf, k, v)
+}
+
+/// Queries `[1, 4, 6, 32]`, computed.
+fn fusion_queries(rng: &mut StdRng) -> Array {
+    let (b, l, _, heads, _, hd) = FUSION_SHAPE;
+    let q = arr(&normal(rng, (b * heads * l * hd) as usize), &[b, heads, l, hd]);
+    q.eval().unwrap();
+    q
+}
+
+/// Fusion rule 3: attention over slices of the first positions of cache
+/// buffers reads the buffers (no slice node), with the bits of attention
+/// over contiguous copies of those positions.
+#[test]
+fn fusion_attention_reads_cache_prefix() {
+    init();
+    let (mut rng, _) = rng("fusion_attention_reads_cache_prefix");
+    let (_kbuf, _vbuf, k, v) = cache_prefix_views(&mut rng);
+    let q = fusion_queries(&mut rng);
+    let (kc, vc) = (k.contiguous().unwrap(), v.contiguous().unwrap());
+    Array::eval_all(&[&kc, &vc]).unwrap();
+    each_thread_count(|threads| {
         for mask in [AttentionMask::Causal, AttentionMask::None] {
-            let att = kernel().scaled_dot_product_attention(q, &k, &v, 0.25, mask).unwrap();
-            assert!(!fast::pending_ops(&[&att]).iter().any(|o| o == "Slice"), "slices absorbed");
+            let att = kernel().scaled_dot_product_attention(&q, &k, &v, 0.25, mask).unwrap();
+            assert_eq!(fast::pending_ops(&[&att]), vec!["MlxcelAttention".to_string()], "slices absorbed");
+            let want = kernel().scaled_dot_product_attention(&q, &kc, &vc, 0.25, mask).unwrap();
+            assert_eq!(vals(&att), vals(&want), "attention over buffer prefixes, {threads} thread(s)");
+        }
+    });
+    // A slice that is not a prefix of axis 2 stays a slice node.
+    let (b, _, _, _, kvh, hd) = FUSION_SHAPE;
+    let (kbuf, vbuf, _, _) = cache_prefix_views(&mut rng);
+    let k = kbuf.slice(&[0, 0, 1, 0], &[b, kvh, 9, hd], &[1, 1, 1, 1]).unwrap();
+    let v = vbuf.slice(&[0, 0, 1, 0], &[b, kvh, 9, hd], &[1, 1, 1, 1]).unwrap();
+    let att = kernel().scaled_dot_product_attention(&q, &k, &v, 0.25, AttentionMask::None).unwrap();
+    assert_eq!(fast::pending_ops(&[&att]).iter().filter(|o| *o == "Slice").count(), 2);
+}
+
+/// Fusion rule 4: merge_heads of a pending attention node makes it write
+/// `[B, L, H·D]`, with the bits of MLX's transpose and reshape of its output.
+#[test]
+fn fusion_merge_heads_into_attention() {
+    init();
+    let (mut rng, _) = rng("fusion_merge_heads_into_attention");
+    let (b, l, _, heads, _, hd) = FUSION_SHAPE;
+    let (_kbuf, _vbuf, k, v) = cache_prefix_views(&mut rng);
+    let q = fusion_queries(&mut rng);
+    each_thread_count(|threads| {
+        for mask in [AttentionMask::Causal, AttentionMask::None] {
+            let att = kernel().scaled_dot_product_attention(&q, &k, &v, 0.25, mask).unwrap();
             let merged = kernel().merge_heads(&att).unwrap();
             assert_eq!(merged.shape(), vec![b, l, heads * hd]);
             assert_eq!(fast::pending_ops(&[&merged]), vec!["MlxcelAttention".to_string()]);
-            let (kc, vc) = (k.contiguous().unwrap(), v.contiguous().unwrap());
-            Array::eval_all(&[&kc, &vc]).unwrap();
-            let plain = kernel().scaled_dot_product_attention(q, &kc, &vc, 0.25, mask).unwrap();
+            let plain = kernel().scaled_dot_product_attention(&q, &k, &v, 0.25, mask).unwrap();
+            plain.eval().unwrap();
             let want = plain.transpose(&[0, 2, 1, 3]).unwrap().reshape(&[b, l, heads * hd]).unwrap();
-            assert_eq!(vals(&merged), vals(&want), "merged heads over buffer prefixes, {threads} thread(s)");
+            assert_eq!(vals(&merged), vals(&want), "merged heads, {threads} thread(s)");
             assert_eq!(vals(&mlx().merge_heads(&plain).unwrap()), vals(&want));
+            // Computed already: nothing to rewrite, so the kernel path refuses.
+            assert!(kernel().merge_heads(&plain).is_err());
         }
-    }
-    fast::set_threads(0);
+    });
 }
 
 #[test]
@@ -552,10 +714,12 @@ fn attention_matches_mlx_masks_gqa_and_strides() {
     }
 }
 
-/// One attention step over a cache buffer (rope, cache write, attention in
+/// One attention step over cache buffers (rope, cache write, attention in
 /// one node) against MLX's rope, slice_update and attention: decode into a
 /// growing buffer and into a full ring, causal prefill chunks, grouped-query
-/// heads, partial and traditional rotations, explicit wavelengths.
+/// heads, partial and traditional rotations, explicit wavelengths; two
+/// sequences per batch, each with its own buffers (of different capacities)
+/// and positions.
 #[test]
 fn cached_attention_matches_mlx() {
     init();
@@ -573,9 +737,14 @@ fn cached_attention_matches_mlx() {
                         .unwrap();
                     let k = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
                     let v = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
-                    let kbuf = arr(&normal(&mut rng, (b * kvh * cap * dim) as usize), &[b, kvh, cap, dim]);
-                    let vbuf = arr(&normal(&mut rng, (b * kvh * cap * dim) as usize), &[b, kvh, cap, dim]);
-                    let (kb0, vb0) = (vals(&kbuf), vals(&vbuf));
+                    let bufs: Vec<(Array, Array)> = (0..b)
+                        .map(|row| {
+                            let c = cap + 7 * row;
+                            let mut buf = || arr(&normal(&mut rng, (kvh * c * dim) as usize), &[1, kvh, c, dim]);
+                            (buf(), buf())
+                        })
+                        .collect();
+                    let before: Vec<(Vec<f32>, Vec<f32>)> = bufs.iter().map(|(kb, vb)| (vals(kb), vals(vb))).collect();
                     let rope = fast::RopeSpec {
                         dims,
                         traditional,
@@ -583,31 +752,103 @@ fn cached_attention_matches_mlx() {
                         scale: 1.0,
                         freqs: use_freqs.then_some(&freqs),
                     };
-                    let offset = 40 + slot;
-                    let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot, visible, causal };
+                    let rows: Vec<fast::CacheRow> = bufs
+                        .iter()
+                        .enumerate()
+                        .map(|(row, (keys, values))| fast::CacheRow {
+                            offset: 40 + slot + 3 * row,
+                            cache: fast::CacheSlot { keys, values, slot, visible, causal },
+                        })
+                        .collect();
                     let scale = 1.0 / (dim as f32).sqrt();
-                    let rows = [fast::CacheRow { offset, cache }];
                     let want = mlx().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
-                    let (want_out, want_k, want_v) =
-                        (vals(&want.out), vals(&want.caches[0].0), vals(&want.caches[0].1));
+                    let want_out = vals(&want.out);
+                    let want_kv: Vec<(Vec<f32>, Vec<f32>)> =
+                        want.caches.iter().map(|(kb, vb)| (vals(kb), vals(vb))).collect();
                     let what = format!("h={h}/{kvh} d={dim} l={l} slot={slot} visible={visible} dims={dims}");
                     each_config(|cfg| {
                         let got = kernel().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
                         assert_eq!(fast::pending_ops(&[&got.out]), vec!["MlxcelCachedAttention".to_string()]);
                         assert_eq!(got.out.shape(), vec![b, l, h * dim]);
-                        // Keys: RoPE as in rope_matches_mlx_every_variant;
-                        // values and the untouched positions are copies.
-                        assert_close(&format!("{cfg} {what} keys"), &vals(&got.caches[0].0), &want_k, 4.0 * EPS, 1e-6);
-                        assert_eq!(vals(&got.caches[0].1), want_v, "{cfg} {what} values");
+                        for (row, ((kb, vb), (want_k, want_v))) in got.caches.iter().zip(&want_kv).enumerate() {
+                            // Keys: RoPE as in rope_matches_mlx_every_variant;
+                            // values and the untouched positions are copies.
+                            let what = format!("{cfg} {what} row {row}");
+                            assert_close(&format!("{what} keys"), &vals(kb), want_k, 4.0 * EPS, 1e-6);
+                            assert_eq!(&vals(vb), want_v, "{what} values");
+                        }
                         // As attention_matches_mlx_masks_gqa_and_strides (|v| ≲ 5).
                         assert_close(&format!("{cfg} {what} out"), &vals(&got.out), &want_out, 0.0, 1e-4);
                     });
                     // The test still holds the buffers: they were copied, not written.
-                    assert_eq!(vals(&kbuf), kb0, "{what}: a shared key buffer was written");
-                    assert_eq!(vals(&vbuf), vb0, "{what}: a shared value buffer was written");
+                    for ((kb, vb), (k0, v0)) in bufs.iter().zip(&before) {
+                        assert_eq!(&vals(kb), k0, "{what}: a shared key buffer was written");
+                        assert_eq!(&vals(vb), v0, "{what}: a shared value buffer was written");
+                    }
                 }
             }
         }
+    }
+}
+
+/// Batch invariance of a cached attention step: each row of a batch of
+/// sequences at different positions, with buffers of different capacities,
+/// gives exactly the bits (output and buffers) of that row alone, on every
+/// ISA with 1 and 2 threads; the batch is one node and runs inline.
+#[test]
+fn cached_attention_rows_match_alone() {
+    init();
+    let (mut rng, _) = rng("cached_attention_rows_match_alone");
+    let (h, kvh, d) = (4i32, 2i32, 32i32);
+    let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
+    for (b, l) in [(2i32, 1i32), (3, 1), (9, 1), (3, 4)] {
+        let q = arr(&normal(&mut rng, (b * h * l * d) as usize), &[b, h, l, d]);
+        let k = arr(&normal(&mut rng, (b * kvh * l * d) as usize), &[b, kvh, l, d]);
+        let v = arr(&normal(&mut rng, (b * kvh * l * d) as usize), &[b, kvh, l, d]);
+        let bufs: Vec<(Array, Array)> = (0..b)
+            .map(|row| {
+                let c = 16 + 5 * row;
+                let mut buf = || arr(&normal(&mut rng, (kvh * c * d) as usize), &[1, kvh, c, d]);
+                (buf(), buf())
+            })
+            .collect();
+        for (kb, vb) in &bufs {
+            Array::eval_all(&[kb, vb]).unwrap();
+        }
+        // Row r writes at 3 + r and sees everything up to its queries (causal).
+        let rows: Vec<fast::CacheRow> = bufs
+            .iter()
+            .enumerate()
+            .map(|(r, (keys, values))| {
+                let slot = 3 + r;
+                fast::CacheRow {
+                    offset: 100 * r + slot,
+                    cache: fast::CacheSlot { keys, values, slot, visible: slot + l as usize, causal: true },
+                }
+            })
+            .collect();
+        let row_of = |a: &Array, r: i32| {
+            let s = a.shape();
+            a.slice(&[r, 0, 0, 0], &[r + 1, s[1], s[2], s[3]], &[1, 1, 1, 1]).unwrap().contiguous().unwrap()
+        };
+        each_config(|cfg| {
+            let batch = kernel().cached_attention(&q, &k, &v, &rope, &rows, 0.2).unwrap();
+            let mut outputs = vec![&batch.out];
+            outputs.extend(batch.caches.iter().flat_map(|(kb, vb)| [kb, vb]));
+            assert_eq!(fast::pending_ops(&outputs), vec!["MlxcelCachedAttention".to_string()], "{cfg}");
+            assert!(fast::eval_inline(&outputs).unwrap(), "{cfg}: a batched step runs inline");
+            let out = vals(&batch.out);
+            let per_row = (l * h * d) as usize;
+            for (r, row) in rows.iter().enumerate() {
+                let one = [fast::CacheRow { offset: row.offset, cache: fast::CacheSlot { ..row.cache } }];
+                let (qr, kr, vr) = (row_of(&q, r as i32), row_of(&k, r as i32), row_of(&v, r as i32));
+                let alone = kernel().cached_attention(&qr, &kr, &vr, &rope, &one, 0.2).unwrap();
+                let what = format!("{cfg} b={b} l={l} row {r}");
+                assert_eq!(&out[r * per_row..(r + 1) * per_row], &vals(&alone.out)[..], "{what}: output");
+                assert_eq!(vals(&batch.caches[r].0), vals(&alone.caches[0].0), "{what}: keys");
+                assert_eq!(vals(&batch.caches[r].1), vals(&alone.caches[0].1), "{what}: values");
+            }
+        });
     }
 }
 
@@ -617,31 +858,56 @@ fn cached_attention_updates_unshared_buffers_in_place() {
     init();
     let (mut rng, _) = rng("cached_attention_updates_unshared_buffers_in_place");
     let (h, d, cap) = (4i32, 16i32, 64i32);
-    let mut kbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
-    let mut vbuf = Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap();
-    Array::eval_all(&[&kbuf, &vbuf]).unwrap();
-    let (k_addr, v_addr) = (kbuf.data_address().unwrap(), vbuf.data_address().unwrap());
     let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
-    let mut values = Vec::new();
-    for pos in 0..5usize {
-        let q = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
-        let k = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
-        let v = arr(&normal(&mut rng, (h * d) as usize), &[1, h, 1, d]);
-        values.push(vals(&v));
-        let cache = fast::CacheSlot { keys: &kbuf, values: &vbuf, slot: pos, visible: pos + 1, causal: false };
-        let step =
-            kernel().cached_attention(&q, &k, &v, &rope, &[fast::CacheRow { offset: pos, cache }], 0.25).unwrap();
-        (kbuf, vbuf) = step.caches.into_iter().next().unwrap();
-        Array::eval_all(&[&step.out, &kbuf, &vbuf]).unwrap();
-        assert_eq!(kbuf.data_address().unwrap(), k_addr, "step {pos}: the key buffer moved");
-        assert_eq!(vbuf.data_address().unwrap(), v_addr, "step {pos}: the value buffer moved");
-    }
-    // Every step's values are in their slots, [1, h, cap, d].
-    let all = vals(&vbuf);
-    for (pos, v) in values.iter().enumerate() {
-        for head in 0..h as usize {
-            let at = (head * cap as usize + pos) * d as usize;
-            assert_eq!(&all[at..at + d as usize], &v[head * d as usize..(head + 1) * d as usize], "slot {pos}");
+    // One sequence, then a batch of two (each with its own buffers).
+    for b in [1usize, 2] {
+        let mut bufs: Vec<(Array, Array)> = (0..b)
+            .map(|_| {
+                (Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap(), Array::zeros(&[1, h, cap, d], Dtype::F32).unwrap())
+            })
+            .collect();
+        for (kb, vb) in &bufs {
+            Array::eval_all(&[kb, vb]).unwrap();
+        }
+        let addrs: Vec<(usize, usize)> =
+            bufs.iter().map(|(kb, vb)| (kb.data_address().unwrap(), vb.data_address().unwrap())).collect();
+        let mut values = Vec::new();
+        for pos in 0..5usize {
+            let n = b * (h * d) as usize;
+            let q = arr(&normal(&mut rng, n), &[b as i32, h, 1, d]);
+            let k = arr(&normal(&mut rng, n), &[b as i32, h, 1, d]);
+            let v = arr(&normal(&mut rng, n), &[b as i32, h, 1, d]);
+            values.push(vals(&v));
+            let rows: Vec<fast::CacheRow> = bufs
+                .iter()
+                .map(|(keys, values)| fast::CacheRow {
+                    offset: pos,
+                    cache: fast::CacheSlot { keys, values, slot: pos, visible: pos + 1, causal: false },
+                })
+                .collect();
+            let step = kernel().cached_attention(&q, &k, &v, &rope, &rows, 0.25).unwrap();
+            drop(rows);
+            bufs = step.caches;
+            let mut outputs = vec![&step.out];
+            outputs.extend(bufs.iter().flat_map(|(kb, vb)| [kb, vb]));
+            Array::eval_all(&outputs).unwrap();
+            for (row, ((kb, vb), (k_addr, v_addr))) in bufs.iter().zip(&addrs).enumerate() {
+                assert_eq!(kb.data_address().unwrap(), *k_addr, "b={b} step {pos}: row {row}'s key buffer moved");
+                assert_eq!(vb.data_address().unwrap(), *v_addr, "b={b} step {pos}: row {row}'s value buffer moved");
+            }
+        }
+        // Every step's values are in their slots, [1, h, cap, d] per row.
+        let per_row = (h * d) as usize;
+        for (row, (_, vb)) in bufs.iter().enumerate() {
+            let all = vals(vb);
+            for (pos, v) in values.iter().enumerate() {
+                let v = &v[row * per_row..(row + 1) * per_row];
+                for head in 0..h as usize {
+                    let at = (head * cap as usize + pos) * d as usize;
+                    let want = &v[head * d as usize..(head + 1) * d as usize];
+                    assert_eq!(&all[at..at + d as usize], want, "b={b} row {row} slot {pos}");
+                }
+            }
         }
     }
 }
@@ -864,6 +1130,30 @@ fn kernel_graphs_evaluate_inline_like_mlx() {
                 1e-6,
             );
         }
+    }
+}
+
+/// Inline evaluation runs only graphs made of mlxcel's nodes: an MLX node
+/// anywhere (under a kernel node or above it) leaves the whole graph to
+/// MLX's eval, with nothing computed.
+#[test]
+fn eval_inline_refuses_foreign_nodes() {
+    init();
+    let mut rng = rng("eval_inline_refuses_foreign_nodes").0;
+    let w = quantized(&mut rng, 32, 64, 32, 4);
+    Array::eval_all(&[&w.weight, &w.scales, w.biases.as_ref().unwrap()]).unwrap();
+    let x = arr(&normal(&mut rng, 2 * 64), &[1, 2, 64]);
+    x.eval().unwrap();
+    let below =
+        kernel().quantized_linear(&kernel().rms_norm(&x.multiply_scalar(2.0).unwrap(), None, 1e-5).unwrap(), &w);
+    let above = kernel().quantized_linear(&x, &w).unwrap().exp().unwrap();
+    for (what, graph) in [("an MLX node below", below.unwrap()), ("an MLX node above", above)] {
+        let before = fast::pending_ops(&[&graph]);
+        assert!(before.iter().any(|o| o.starts_with("Mlxcel")) && before.iter().any(|o| !o.starts_with("Mlxcel")));
+        assert!(!fast::eval_inline(&[&graph]).unwrap(), "{what}: refused");
+        assert_eq!(fast::pending_ops(&[&graph]), before, "{what}: nothing computed");
+        fast::eval(&[&graph]).unwrap();
+        assert!(fast::pending_ops(&[&graph]).is_empty(), "{what}: MLX's eval computed it");
     }
 }
 

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use mlxcel_mlx::{Array, Device, Dtype, device, random};
+use mlxcel_mlx::{Array, Device, DeviceRequest, Dtype, device, random};
 
 #[test]
 fn keys_are_deterministic() {
@@ -64,18 +64,20 @@ fn categorical_follows_softmax() {
 #[test]
 fn device_requests() {
     init();
-    assert_eq!(device::parse_device_request(Some("cpu")).unwrap(), Device::Cpu);
-    assert_eq!(device::parse_device_request(Some(" CPU ")).unwrap(), Device::Cpu);
-    let auto = device::parse_device_request(None).unwrap();
+    let cpu = DeviceRequest::Exactly(Device::Cpu);
+    assert_eq!(DeviceRequest::parse("cpu"), Some(cpu));
+    assert_eq!(DeviceRequest::parse(" CPU "), Some(cpu));
+    assert_eq!(cpu.resolve().unwrap(), Device::Cpu);
+    let auto = DeviceRequest::Auto.resolve().unwrap();
     assert_eq!(auto == Device::Gpu, Device::Gpu.is_available());
-    assert_eq!(device::parse_device_request(Some("auto")).unwrap(), auto);
-    let err = device::parse_device_request(Some("tpu")).unwrap_err().to_string();
-    assert!(err.contains("\"tpu\" is not a device"), "{err}");
+    assert_eq!(DeviceRequest::parse("auto"), Some(DeviceRequest::Auto));
+    assert_eq!(DeviceRequest::parse("tpu"), None);
+    let gpu = DeviceRequest::parse("gpu").unwrap();
     if Device::Gpu.is_available() {
-        assert_eq!(device::parse_device_request(Some("gpu")).unwrap(), Device::Gpu);
+        assert_eq!(gpu.resolve().unwrap(), Device::Gpu);
     } else {
-        let err = device::parse_device_request(Some("gpu")).unwrap_err().to_string();
-        assert!(err.contains("no GPU backend"), "{err}");
+        let err = gpu.resolve().unwrap_err().to_string();
+        assert!(err.contains("gpu device was requested"), "{err}");
         assert!(device::set_default_device(Device::Gpu).is_err());
         assert_eq!(device::default_device(), Device::Cpu);
     }

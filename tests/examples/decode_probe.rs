@@ -30,6 +30,10 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 }
 
 fn main() {
+    // MLXCEL_KERNELS, MLXCEL_THREADS and the other settings, as the binaries read them.
+    mlxcel_mlx::settings::Settings::from_env(|k| std::env::var(k).ok())
+        .and_then(|s| s.apply())
+        .unwrap_or_else(|e| panic!("{e}"));
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).expect("usage: decode_probe DIR|BUNDLE"));
     let (tokens, prompt_len, reps) = (arg(&args, "--tokens", 64), arg(&args, "--prompt", 512), arg(&args, "--reps", 3));

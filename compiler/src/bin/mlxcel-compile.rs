@@ -80,6 +80,9 @@ fn default_output(model: &Path) -> PathBuf {
 }
 
 fn run(args: Args) -> Result<()> {
+    // The process settings of the MLX layer (device, kernel ISA, threads:
+    // README.md), read once from the environment; a bad value stops here.
+    mlxcel_mlx::settings::Settings::from_env(|name| std::env::var(name).ok())?.apply()?;
     let model_path = match hub::parse_repo_ref(&args.model) {
         Some(repo) => hub::fetch(&repo, !args.quiet)?,
         None => PathBuf::from(&args.model),

@@ -1,8 +1,8 @@
 // Run-time ISA selection: cpuid (through GCC's __builtin_cpu_supports, which
 // also checks that the OS saves the vector registers) picks the best table on
-// x86-64, NEON is always there on AArch64; MLXCEL_ISA=scalar|avx2|avx512|
-// avx512vnni|neon or set_isa() choose another supported one (tests run every
-// ISA the machine has this way).
+// x86-64, NEON is always there on AArch64; set_isa() chooses another supported
+// one (the binaries' MLXCEL_ISA setting, and tests running every ISA the
+// machine has). Nothing here reads the environment.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -23,15 +23,8 @@ const Table& table_for(Isa isa) {
   }
 }
 
-const Table* initial_table() {
-  Isa isa = best_isa();
-  Isa want;
-  if (const char* v = std::getenv("MLXCEL_ISA"); v && isa_from_name(v, want) && isa_supported(want)) isa = want;
-  return &table_for(isa);
-}
-
 std::atomic<const Table*>& current() {
-  static std::atomic<const Table*> t{initial_table()};
+  static std::atomic<const Table*> t{&table_for(best_isa())};
   return t;
 }
 

@@ -180,7 +180,10 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
   constexpr int CH = GS / SPAN;
   constexpr int GBYTES = GS * BITS / 8;
   constexpr bool LUT = BITS == 4 && S::kLut16;
-  constexpr int NA = MM == 1 ? 2 : 1;  // accumulators per (row, x row): two halve the FMA chains
+  // Accumulators per (row, x row): two halve the FMA chains. Two for every
+  // MM, so that a row of x gets the same sums whichever other rows share
+  // its call (batch invariance: a sequence's bits do not depend on its batch).
+  constexpr int NA = 2;
   const int K = a.K, G = K / GS;
   const int64_t row_bytes = static_cast<int64_t>(K) * BITS / 8;
   const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
@@ -269,7 +272,7 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
   }
   for (int r = 0; r < R; ++r) {
     for (int m = 0; m < MM; ++m) {
-      float y = S::hsum(NA == 2 ? S::add(tot[r][m][0], tot[r][m][NA - 1]) : tot[r][m][0]);
+      float y = S::hsum(S::add(tot[r][m][0], tot[r][m][1]));
       if constexpr (!LUT) y += dot(bi + r * G, xs + m * G, G);
       out[static_cast<int64_t>(m) * a.ldo + n + r] = y;
     }
@@ -744,7 +747,9 @@ void qgemm(const QmmArgs& a) {
 
 template <int BITS>
 void qmm_multi_bits(const QmmArgs* args, int count) {
-  if (args[0].M <= kQmvMaxM) {
+  // The matvec computes each row of x on its own (in runs of kQmvMaxM rows),
+  // so a row's bits do not depend on M; the GEMM's do differ from it.
+  if (args[0].M <= kQmvMaxM || args[0].row_invariant) {
     qmv_multi<BITS>(args, count);
     return;
   }
@@ -890,7 +895,7 @@ inline V gelu_tanh(V x) {
   return S::mul(S::mul(x, S::set1(0.5f)), S::add(tanh_v(inner), S::set1(1.0f)));
 }
 
-inline V gate_act(int kind, V x) { return kind == 0 ? S::mul(x, sigmoid(x)) : gelu_tanh(x); }
+inline V gate_act(Activation kind, V x) { return kind == Activation::Silu ? S::mul(x, sigmoid(x)) : gelu_tanh(x); }
 
 void gate(const GateArgs& g) {
   const int cols = g.cols;
@@ -930,11 +935,11 @@ inline void apply_mask(const AttnArgs& a, int b, int h, int i, int j0, int n, fl
     const int last = i + (a.Lk - a.Lq);
     for (int j = imax(0, last + 1 - j0); j < n; ++j) s[j] = kLowest;
   }
-  if (a.mask_kind == 1) {
+  if (a.mask_kind == MaskKind::Bool) {
     const uint8_t* m = static_cast<const uint8_t*>(a.mask) + b * a.ms[0] + h * a.ms[1] + i * a.ms[2];
     for (int j = 0; j < n; ++j)
       if (!m[(j0 + j) * a.ms[3]]) s[j] = kLowest;
-  } else if (a.mask_kind == 2) {
+  } else if (a.mask_kind == MaskKind::Additive) {
     const float* m = static_cast<const float*>(a.mask) + b * a.ms[0] + h * a.ms[1] + i * a.ms[2];
     for (int j = 0; j < n; ++j) s[j] += m[(j0 + j) * a.ms[3]];
   }
@@ -1153,7 +1158,7 @@ void attention_blocked(const AttnArgs& a) {
           S::store(Sb + r * KB + W, s[r][1]);
         }
         const int nk = imin(KB, a.Lk - jb);
-        const bool need_mask = a.mask_kind != 0 || (a.causal && jb + KB - 1 > ib + offset);
+        const bool need_mask = a.mask_kind != MaskKind::None || (a.causal && jb + KB - 1 > ib + offset);
         for (int r = 0; r < nr; ++r) {
           float* sr = Sb + r * KB;
           if (need_mask) apply_mask(a, b, h, ib + r, jb, nk, sr);

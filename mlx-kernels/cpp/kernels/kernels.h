@@ -1,5 +1,5 @@
 // mlxcel's CPU kernels: the plain-pointer interface between the MLX
-// primitives (primitives.cc) and the per-ISA implementations (isa_*.cc).
+// graph nodes (../nodes/) and the per-ISA implementations (isa_*.cc). MLX-free.
 //
 // Every kernel reads f32 activations and accumulates in f32. Each ISA file
 // compiles the same generic code (impl.h) against its own SIMD layer under a
@@ -14,9 +14,22 @@
 
 namespace mlxcel::kern {
 
+/// The instruction sets the kernels are built for (src/ffi.rs declares the
+/// same enum; cxx checks at compile time that the two agree).
 enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4 };
-/// The highest `Isa` code (callers passing codes across the bridge check it).
-constexpr Isa kLastIsa = Isa::Neon;
+
+/// The activation of a gated MLP, `act(a) * b` (src/ffi.rs declares it too).
+enum class Activation : int {
+  Silu = 0,      // silu(a) = a * sigmoid(a) (SwiGLU)
+  GeluTanh = 1,  // the tanh approximation of GELU (GeGLU)
+};
+
+/// How attention masks its scores besides causality.
+enum class MaskKind : int {
+  None = 0,
+  Bool = 1,      // uint8, nonzero attends
+  Additive = 2,  // f32 added to the scores
+};
 
 /// How scales and biases are stored: f32, or 16-bit (read as f32; a GGUF
 /// Q4_0/Q4_1/Q8_0 transcode has f16 scales, so keeping them halves their bytes).
@@ -82,6 +95,10 @@ struct QmmArgs {
   int64_t ldo;
   int M, N, K, group_size, bits;
   int scale_type;  // ScaleType of scales and biases
+  /// Each row of x is one sequence's (a decode step of a batch): compute
+  /// every row exactly as if it were alone, whatever M (the matvec path in
+  /// runs of at most 8 rows, never the GEMM). Otherwise M > 8 takes the GEMM.
+  bool row_invariant;
 };
 
 /// Rotary embedding of `x [A, B, L, D]` (element strides sa, sb, sl; the last
@@ -113,7 +130,7 @@ struct AttnArgs {
   int B, H, KVH, Lq, Lk, D, Dv;
   float scale;
   bool causal;
-  int mask_kind;  // 0 none, 1 boolean (uint8, nonzero = attend), 2 additive f32
+  MaskKind mask_kind;
   const void* mask;
   int64_t ms[4];  // element strides of the mask broadcast to [B, H, Lq, Lk]
 };
@@ -126,7 +143,7 @@ struct GateArgs {
   int64_t ldb;
   float* out;
   int rows, cols;
-  int kind;  // 0 silu, 1 gelu (tanh approximation)
+  Activation kind;
 };
 
 /// Dequantizes the rows `ids` of an affine-quantized `W [N, K]` into `out [n_ids, K]`.
@@ -170,7 +187,8 @@ bool set_isa(Isa isa);
 /// The best ISA of this CPU.
 Isa best_isa();
 /// The ISA named `name` (`scalar`, `avx2`, `avx512`, `avx512vnni`, `neon`,
-/// as `MLXCEL_ISA` takes them); false for any other name.
+/// the names of `Isa::name` in src/fast.rs); false for any other name. For
+/// tools without the Rust side (isa_check).
 bool isa_from_name(const char* name, Isa& isa);
 
 /// Best-of-`reps` read bandwidth (GB/s) of summing a `bytes` buffer on the pool's threads.
@@ -180,11 +198,18 @@ double read_bandwidth_gbs(size_t bytes, int reps);
 
 /// Threads a kernel uses (the calling thread included).
 int pool_threads();
-/// Sets the thread count; n <= 0 restores the default (MLXCEL_THREADS, else
-/// the number of physical cores this process may run on).
+/// Sets the thread count; n <= 0 restores the default.
 void set_pool_threads(int n);
-/// The default thread count.
+/// The default thread count: set_default_threads's, else the number of
+/// physical cores this process may run on.
 int default_threads();
+/// Sets the default thread count (n <= 0: the physical cores); a pool that
+/// runs already takes it at once.
+void set_default_threads(int n);
+/// How long (µs) an idle worker spins before it parks, and whether it calls
+/// sched_yield between polls; read by every idle loop, so a change applies
+/// from the next one.
+void set_spin(int spin_us, bool yield);
 /// Runs `fn(ctx, t)` for every t in [0, n_tasks) on the pool, the calling
 /// thread included; returns when all are done. Tasks are claimed dynamically.
 void parallel_for_raw(int n_tasks, void (*fn)(void*, int), void* ctx);
@@ -211,7 +236,7 @@ enum ScratchSlot : int {
   kScratchAttn = 2,
   kScratchScales = 3,
   kScratchShared = 4,
-  kScratchStep = 5,  // rotated keys and queries of a cached attention step (primitives.cc)
+  kScratchStep = 5,  // rotated keys and queries of a cached attention step (nodes/attention.cc)
 };
 
 }  // namespace mlxcel::kern

@@ -72,19 +72,10 @@ void unpark_all(std::atomic<uint32_t>& word) {
 #endif
 }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || n <= 0 || n > 4096) return fallback;
-  return static_cast<int>(n);
-}
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, value) == 0;
-}
+// The settings (kernels.h): 0 threads means the physical cores.
+std::atomic<int> g_default_threads{0};
+std::atomic<int> g_spin_us{3000};
+std::atomic<bool> g_spin_yield{true};
 
 // Physical cores among the CPUs this process may run on (SMT siblings count once).
 int physical_cores() {
@@ -125,11 +116,19 @@ struct Job {
   int n = 0;
 };
 
+class Pool;
+// The pool once it runs (settings resize it then, and never start it).
+std::atomic<Pool*> g_pool{nullptr};
+
 class Pool {
  public:
   static Pool& get() {
     // Leaked on purpose: workers may still be parked in a futex at exit.
-    static Pool* pool = new Pool(default_threads());
+    static Pool* pool = [] {
+      auto* p = new Pool(default_threads());
+      g_pool.store(p, std::memory_order_release);
+      return p;
+    }();
     return *pool;
   }
 
@@ -173,9 +172,7 @@ class Pool {
   }
 
  private:
-  explicit Pool(int n) : spin_us_(env_int("MLXCEL_SPIN_US", 3000)), yield_(!env_is("MLXCEL_SPIN_YIELD", "0")) {
-    start_workers(n);
-  }
+  explicit Pool(int n) { start_workers(n); }
 
   // Claims and runs tasks of job `seq` until none are left.
   void run_tasks(uint32_t seq) {
@@ -210,9 +207,9 @@ class Pool {
         // Idle: let any other runnable thread of this core (MLX's own threads
         // building and dispatching the graph) go first. A worker only ever
         // yields while it holds no task, so this never delays a job.
-        if (yield_) sched_yield();
+        if (g_spin_yield.load(std::memory_order_relaxed)) sched_yield();
         auto waited = std::chrono::steady_clock::now() - start;
-        if (waited < std::chrono::microseconds(spin_us_)) continue;
+        if (waited < std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed))) continue;
         // Park until the next job (see `run` for the wake-up protocol).
         uint32_t w = wake_.load(std::memory_order_seq_cst);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -252,8 +249,6 @@ class Pool {
   std::atomic<bool> stop_{false};
   std::atomic<int> n_threads_{1};
   uint32_t seq_ = 0;
-  int spin_us_;
-  bool yield_;
 };
 
 struct Scratch {
@@ -270,8 +265,19 @@ thread_local Scratch t_scratch;
 }  // namespace
 
 int default_threads() {
-  static const int n = env_int("MLXCEL_THREADS", physical_cores());
-  return n;
+  static const int cores = physical_cores();
+  const int n = g_default_threads.load(std::memory_order_relaxed);
+  return n > 0 ? n : cores;
+}
+
+void set_default_threads(int n) {
+  g_default_threads.store(n > 0 ? n : 0, std::memory_order_relaxed);
+  if (Pool* pool = g_pool.load(std::memory_order_acquire)) pool->resize(default_threads());
+}
+
+void set_spin(int spin_us, bool yield) {
+  g_spin_us.store(spin_us > 0 ? spin_us : 0, std::memory_order_relaxed);
+  g_spin_yield.store(yield, std::memory_order_relaxed);
 }
 
 int pool_threads() { return Pool::get().threads(); }

@@ -181,6 +181,34 @@ void check_qmm(const Table& t, bool int16_build) {
   }
 }
 
+void check_exact(const char* isa, const std::string& what, const std::vector<float>& got,
+                 const std::vector<float>& want);
+
+// Batch invariance: with `row_invariant` (a decode batch) each row of x gets
+// exactly the bits it gets alone, whatever M (docs/kernels.md "Batch
+// invariance").
+void check_row_invariance(const Table& t) {
+  for (int bits : {2, 4, 5, 8}) {
+    const int K = 256, N = 29;
+    QMatrix q = qmatrix(N, K, 64, bits, kScaleF32);
+    for (int M : {2, 9, 17}) {
+      std::vector<float> x = normal(static_cast<size_t>(M) * K), out;
+      QmmArgs a = qmm_args(q, x, M, out);
+      a.row_invariant = true;
+      t.qmm(a);
+      for (int m = 0; m < M; ++m) {
+        std::vector<float> xm(x.begin() + static_cast<int64_t>(m) * K, x.begin() + static_cast<int64_t>(m + 1) * K), one;
+        QmmArgs b = qmm_args(q, xm, 1, one);
+        t.qmm(b);
+        const std::vector<float> row(out.begin() + static_cast<int64_t>(m) * N, out.begin() + static_cast<int64_t>(m + 1) * N);
+        check_exact(t.name, "row-invariant qmm bits=" + std::to_string(bits) + " M=" + std::to_string(M) + " row " +
+                                std::to_string(m),
+                    row, one);
+      }
+    }
+  }
+}
+
 void check_close(const char* isa, const std::string& what, const std::vector<float>& got,
                  const std::vector<double>& ref, double rel, double abs_tol) {
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -262,7 +290,7 @@ void check_gather(const Table& t) {
 }
 
 void check_gate(const Table& t) {
-  for (int kind : {0, 1}) {
+  for (Activation kind : {Activation::Silu, Activation::GeluTanh}) {
     const int rows = 3, cols = 301;
     std::vector<float> a = normal(rows * cols, 3.0f), b = normal(rows * cols), out(rows * cols);
     GateArgs g{a.data(), cols, b.data(), cols, out.data(), rows, cols, kind};
@@ -270,12 +298,12 @@ void check_gate(const Table& t) {
     std::vector<double> ref(rows * cols);
     for (int i = 0; i < rows * cols; ++i) {
       const double v = a[i];
-      const double act = kind == 0 ? v / (1.0 + std::exp(-v))
+      const double act = kind == Activation::Silu ? v / (1.0 + std::exp(-v))
                                    : 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
       ref[i] = act * b[i];
     }
     // MLX's exp polynomial (~2 ulp) and tanh through it: ~1e-6 relative.
-    check_close(t.name, kind == 0 ? "gate silu" : "gate gelu", out, ref, 2e-5, 1e-6);
+    check_close(t.name, kind == Activation::Silu ? "gate silu" : "gate gelu", out, ref, 2e-5, 1e-6);
   }
 }
 
@@ -284,10 +312,11 @@ void check_attention(const Table& t) {
   struct Case {
     int Lq, Lk;
     bool causal;
-    int mask_kind;
+    MaskKind mask_kind;
   };
-  const Case cases[] = {{1, 1, false, 0}, {1, 37, false, 0},  {2, 9, true, 0},   {1, 21, false, 1},
-                        {19, 19, true, 0}, {19, 40, true, 0}, {7, 23, false, 2}, {33, 33, false, 1}};
+  constexpr MaskKind kNone = MaskKind::None, kBool = MaskKind::Bool, kAdd = MaskKind::Additive;
+  const Case cases[] = {{1, 1, false, kNone},   {1, 37, false, kNone},  {2, 9, true, kNone},   {1, 21, false, kBool},
+                        {19, 19, true, kNone},  {19, 40, true, kNone},  {7, 23, false, kAdd},  {33, 33, false, kBool}};
   const int B = 1, H = 4, KVH = 2, D = 32;
   for (const auto& c : cases) {
     std::vector<float> q = normal(B * H * c.Lq * D), k = normal(B * KVH * c.Lk * D), v = normal(B * KVH * c.Lk * D);
@@ -311,7 +340,7 @@ void check_attention(const Table& t) {
     a.scale = 0.2f;
     a.causal = c.causal;
     a.mask_kind = c.mask_kind;
-    a.mask = c.mask_kind == 1 ? static_cast<const void*>(bmask.data()) : fmask.data();
+    a.mask = c.mask_kind == kBool ? static_cast<const void*>(bmask.data()) : fmask.data();
     a.ms[0] = 0, a.ms[1] = 0, a.ms[2] = c.Lk, a.ms[3] = 1;
     t.attention(a);
     std::vector<double> ref(out.size());
@@ -325,8 +354,8 @@ void check_attention(const Table& t) {
           for (int d = 0; d < D; ++d) dot += static_cast<double>(q[(h * c.Lq + i) * D + d]) * k[(kvh * c.Lk + j) * D + d];
           s[j] = 0.2 * dot;
           bool keep = !c.causal || j <= i + (c.Lk - c.Lq);
-          if (c.mask_kind == 1) keep = keep && bmask[i * c.Lk + j];
-          if (c.mask_kind == 2) s[j] += fmask[i * c.Lk + j];
+          if (c.mask_kind == kBool) keep = keep && bmask[i * c.Lk + j];
+          if (c.mask_kind == kAdd) s[j] += fmask[i * c.Lk + j];
           if (!keep) s[j] = -1e300;
           mx = std::fmax(mx, s[j]);
         }
@@ -344,7 +373,7 @@ void check_attention(const Table& t) {
     // exp), each output a convex combination of values |v| ≲ 4.
     check_close(t.name,
                 "attention Lq=" + std::to_string(c.Lq) + " Lk=" + std::to_string(c.Lk) + (c.causal ? " causal" : "") +
-                    " mask=" + std::to_string(c.mask_kind),
+                    " mask=" + std::to_string(static_cast<int>(c.mask_kind)),
                 out, ref, 1e-4, 2e-5);
   }
 }
@@ -376,6 +405,7 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     set_pool_threads(threads);
     check_qmm(t, isa == Isa::Avx512Vnni);
+    check_row_invariance(t);
     check_rms_norm(t);
     check_rope(t);
     check_gather(t);

@@ -4,15 +4,19 @@
 
 use std::sync::Once;
 
+use mlxcel_mlx::settings::Settings;
 use mlxcel_mlx::{Array, Dtype, device};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// Picks the device from MLXCEL_DEVICE (the GPU runs use `MLXCEL_DEVICE=gpu`).
+/// Applies the settings of the environment, as the binaries do: the device
+/// from MLXCEL_DEVICE (the GPU runs use `MLXCEL_DEVICE=gpu`), MLXCEL_ISA,
+/// MLXCEL_THREADS and the rest (README.md).
 pub fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
-        let d = device::init_from_env().expect("MLXCEL_DEVICE names a usable device");
+        let settings = Settings::from_env(|k| std::env::var(k).ok()).unwrap_or_else(|e| panic!("{e}"));
+        let d = settings.apply().unwrap_or_else(|e| panic!("{e}"));
         eprintln!("testing on {d} ({})", d.description());
     });
 }
