@@ -127,7 +127,7 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A Rust type whose values can be copied in and out of an [`Array`] as is.
+/// A Rust type whose values can be copied in and out of an [`Array`](crate::Array) as is.
 pub trait Element: bytemuck::Pod + sealed::Sealed {
     /// The MLX dtype with this representation.
     const DTYPE: Dtype;

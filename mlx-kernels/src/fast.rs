@@ -13,15 +13,15 @@
 //!
 //! | operation | inputs |
 //! |---|---|
-//! | [`quantized_linear`] | f32 `x [.., K]`; affine 4- or 8-bit weights, group 32/64/128, f32 scales and biases |
+//! | [`quantized_linear`] | f32 `x [.., K]`; affine 2-, 3-, 4-, 5-, 6- or 8-bit weights, group 32/64/128, f32, f16 or bf16 scales and biases |
 //! | [`quantized_linear_many`], [`quantized_linear_heads`] | the same, up to 8 weights sharing x in one node (q/k/v) |
 //! | [`quantized_gated_linear`] | the same, `act(x Gᵀ) * (x Uᵀ)` in one node (a gated MLP's gate and up) |
 //! | [`quantized_embedding`] | integer ids; the same weights |
 //! | [`rms_norm`] | f32, optional f32 weight |
-//! | [`add`] | a residual added to a pending [`quantized_linear`] (fused into it); MLX's `add` otherwise |
+//! | [`add`] | a residual added to a pending [`quantized_linear`] or [`rms_norm`] (fused into it); MLX's `add` otherwise |
 //! | [`rope`] | f32 `[.., L, D]`, even `dims ≤ D`, a base or explicit wavelengths, offset ≥ 0 |
 //! | [`scaled_dot_product_attention`] | f32 `[B, H, L, D]`, grouped-query heads, causal, boolean or f32 additive masks |
-//! | [`cached_attention`] | f32 q, k, v and cache buffers; rope as [`rope`]; one step's rope, cache write and attention in one node |
+//! | [`cached_attention`] | f32 q, k, v and each row's cache buffers; rope as [`rope`]; one step's rope, cache writes and attention for the whole batch in one node |
 //! | [`gated_activation`] | f32 `silu(a) * b` and `gelu_tanh(a) * b`, equal shapes |
 //!
 //! Graphs built from these functions are also fused where our own nodes meet:
@@ -30,6 +30,9 @@
 //! buffer reads the buffer (no slice node), and [`merge_heads`] of an
 //! attention node makes it write the merged layout. Results are those of the
 //! unfused nodes, bit for bit.
+//!
+//! A row's results never depend on the other rows of its batch (products of
+//! `x [B, 1, K]`, cached attention; docs/kernels.md "Batch invariance").
 //!
 //! [`set_default_path`] turns them off for A/B comparisons, [`set_threads`]
 //! sets the pool size (default: the physical cores the process may use),
