@@ -34,9 +34,6 @@ pub struct BenchArgs {
     /// Prompt tokens per forward pass in the pp test.
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
-    /// CPU kernel threads (default: MLXCEL_THREADS, else the physical cores).
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -66,12 +63,6 @@ impl Sample {
 
 /// Runs `mlxcel bench`.
 pub fn bench(args: BenchArgs) -> Result<()> {
-    if let Some(n) = args.threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
-        }
-        mlxcel_mlx::fast::set_threads(n);
-    }
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }

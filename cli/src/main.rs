@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{ArgAction, Parser, Subcommand};
 use mlxcel_mlx::Device;
+use mlxcel_mlx::device::DeviceRequest;
+use mlxcel_mlx::fast::Isa;
 use mlxcel_mlx::settings::{self, Settings};
 
 /// Runs large language models from compiled `.mlxb` bundles on MLX.
@@ -20,6 +22,21 @@ struct Cli {
     /// Print the mlxcel version, the linked MLX version and the default device.
     #[arg(short = 'V', long, action = ArgAction::SetTrue)]
     version: bool,
+
+    /// The device to compute on: cpu, gpu or auto [default: MLXCEL_DEVICE,
+    /// else auto: the GPU when the linked MLX has one].
+    #[arg(long, global = true, value_parser = parse_device)]
+    device: Option<DeviceRequest>,
+
+    /// The instruction set of mlxcel's CPU kernels: scalar, avx2, avx512,
+    /// avx512vnni or neon [default: MLXCEL_ISA, else the best this CPU has].
+    #[arg(long, global = true)]
+    isa: Option<Isa>,
+
+    /// Threads of mlxcel's CPU kernels [default: MLXCEL_THREADS, else the
+    /// physical cores this process may use].
+    #[arg(short = 't', long, global = true, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    threads: Option<u16>,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -77,10 +94,25 @@ fn devices(chosen: Device) -> Result<()> {
     Ok(())
 }
 
+fn parse_device(value: &str) -> std::result::Result<DeviceRequest, String> {
+    DeviceRequest::parse(value).ok_or_else(|| format!("{value:?} is not a device: use cpu, gpu or auto"))
+}
+
 fn run(cli: Cli) -> Result<()> {
     // The process settings (device, kernel ISA, threads, ...: README.md),
-    // read once from the environment; a bad value stops here, naming it.
-    let device = Settings::from_env(|name| std::env::var(name).ok())?.apply()?;
+    // read once from the environment, the flags taking precedence; a bad
+    // value stops here, naming the variable or flag.
+    let mut settings = Settings::from_env(|name| std::env::var(name).ok())?;
+    if let Some(device) = cli.device {
+        settings.device = device;
+    }
+    if let Some(isa) = cli.isa {
+        settings.isa = Some(isa);
+    }
+    if let Some(threads) = cli.threads {
+        settings.threads = Some(usize::from(threads));
+    }
+    let device = settings.apply()?;
     if cli.version {
         println!("{}", version_text(device));
         return Ok(());
