@@ -105,7 +105,7 @@ fn an_architecture_the_runtime_lacks_is_named() {
     let err = text(&out.stderr);
     assert!(
         err.contains(
-            "architecture \"mamba\" is not supported by this runtime; supported: llama, qwen2, qwen3, gemma3, phi3"
+            "architecture \"mamba\" is not supported by this runtime; supported: llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3"
         ),
         "{err}"
     );
