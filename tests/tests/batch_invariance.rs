@@ -32,21 +32,33 @@ fn prompt(i: usize) -> Vec<u32> {
     (0..3 + 2 * i).map(|j| ((i * 31 + j * 7 + 1) % 250) as u32).collect()
 }
 
+/// A new sequence holding all of `prompt` but its last token (which the
+/// first decode step feeds, as generation does).
+fn start(backend: &mut MlxBackend, prompt: &[u32]) -> SeqId {
+    let seq = backend.new_sequence();
+    backend.prefill(seq, &prompt[..prompt.len() - 1], false).unwrap();
+    seq
+}
+
+/// The bits of logits.
+fn bits(logits: &[f32]) -> Vec<u32> {
+    logits.iter().map(|x| x.to_bits()).collect()
+}
+
 /// The bits of each decode step's logits of `prompt` decoded alone, and the
 /// tokens fed (the prompt's last, then greedy ones).
 fn alone(backend: &mut MlxBackend, prompt: &[u32]) -> (Vec<Vec<u32>>, Vec<u32>) {
-    let seq = backend.new_sequence();
-    backend.prefill(seq, &prompt[..prompt.len() - 1], false).unwrap();
+    let seq = start(backend, prompt);
     let mut input = prompt[prompt.len() - 1];
-    let (mut bits, mut inputs) = (Vec::new(), Vec::new());
+    let (mut steps, mut inputs) = (Vec::new(), Vec::new());
     for _ in 0..STEPS {
         inputs.push(input);
         let logits = backend.decode(&[(seq, input)]).unwrap().remove(0);
         input = argmax(&logits);
-        bits.push(logits.iter().map(|x| x.to_bits()).collect());
+        steps.push(bits(&logits));
     }
     backend.release_sequence(seq);
-    (bits, inputs)
+    (steps, inputs)
 }
 
 fn check(tiny: &TinyModel, what: &str) {
@@ -58,14 +70,7 @@ fn check(tiny: &TinyModel, what: &str) {
 
         // Sequence i joins at step i / 2, so batches grow, mix offsets and shrink.
         let join = |i: usize| i / 2;
-        let seqs: Vec<SeqId> = prompts
-            .iter()
-            .map(|p| {
-                let seq = backend.new_sequence();
-                backend.prefill(seq, &p[..p.len() - 1], false).unwrap();
-                seq
-            })
-            .collect();
+        let seqs: Vec<SeqId> = prompts.iter().map(|p| start(&mut backend, p)).collect();
         let mut largest = 0;
         for step in 0..join(SEQUENCES - 1) + STEPS {
             let rows: Vec<usize> = (0..SEQUENCES).filter(|&i| step >= join(i) && step < join(i) + STEPS).collect();
@@ -73,9 +78,8 @@ fn check(tiny: &TinyModel, what: &str) {
             let batch: Vec<(SeqId, u32)> = rows.iter().map(|&i| (seqs[i], expected[i].1[step - join(i)])).collect();
             let logits = backend.decode(&batch).unwrap();
             for (&i, l) in rows.iter().zip(&logits) {
-                let bits: Vec<u32> = l.iter().map(|x| x.to_bits()).collect();
                 assert!(
-                    bits == expected[i].0[step - join(i)],
+                    bits(l) == expected[i].0[step - join(i)],
                     "{what} {build}: sequence {i} at its step {} in a batch of {} differs from alone",
                     step - join(i),
                     rows.len()
@@ -117,28 +121,11 @@ fn more_rows_than_one_matvec_pass() {
     let mut backend = MlxBackend::new(model, MlxOptions::default()).unwrap();
     let n = 17;
     let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt(i % SEQUENCES)).collect();
-    let alone: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| {
-            let seq = backend.new_sequence();
-            backend.prefill(seq, &p[..p.len() - 1], false).unwrap();
-            let l = backend.decode(&[(seq, p[p.len() - 1])]).unwrap().remove(0);
-            backend.release_sequence(seq);
-            l.iter().map(|x| x.to_bits()).collect()
-        })
-        .collect();
-    let seqs: Vec<SeqId> = prompts
-        .iter()
-        .map(|p| {
-            let seq = backend.new_sequence();
-            backend.prefill(seq, &p[..p.len() - 1], false).unwrap();
-            seq
-        })
-        .collect();
+    let alone: Vec<Vec<u32>> = prompts.iter().map(|p| alone(&mut backend, p).0.remove(0)).collect();
+    let seqs: Vec<SeqId> = prompts.iter().map(|p| start(&mut backend, p)).collect();
     let batch: Vec<(SeqId, u32)> = seqs.iter().zip(&prompts).map(|(&s, p)| (s, p[p.len() - 1])).collect();
     for (i, l) in backend.decode(&batch).unwrap().iter().enumerate() {
-        let bits: Vec<u32> = l.iter().map(|x| x.to_bits()).collect();
-        assert!(bits == alone[i], "sequence {i} of {n} differs from alone");
+        assert!(bits(l) == alone[i], "sequence {i} of {n} differs from alone");
     }
 }
 
