@@ -2,7 +2,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use mlxcel_mlx::fast::{self, Isa};
+use mlxcel_mlx::fast::{self, Isa, Path};
 
 /// The kernel build is process-wide: checks that set it run one at a time.
 static KERNEL_BUILD: Mutex<()> = Mutex::new(());
@@ -26,4 +26,16 @@ pub fn each_kernel_build(mut body: impl FnMut(&str, f32)) {
         body(isa.name(), bound);
     }
     fast::set_isa(Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap()).unwrap();
+}
+
+/// Runs `body` with mlxcel's kernels off (`fast`'s functions take MLX's own
+/// ops: the path every non-CPU device takes), then turns them back on.
+pub fn with_mlx_ops(body: impl FnOnce()) {
+    let _guard: MutexGuard<'_, ()> = KERNEL_BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    fast::set_default_path(Path::Mlx);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    fast::set_default_path(Path::Auto);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }

@@ -25,7 +25,7 @@ use mlxcel_runtime::loader::{LoadOptions, load, weights_from_bundle};
 use mlxcel_runtime::models;
 use mlxcel_runtime::sampler::argmax;
 use mlxcel_runtime::weights::Weights;
-use mlxcel_tests::isa::each_kernel_build;
+use mlxcel_tests::isa::{each_kernel_build, with_mlx_ops};
 use mlxcel_tests::tiny::tiny_model;
 use mlxcel_tests::{read_json, tiny_bundle};
 
@@ -57,6 +57,52 @@ fn check(arch: &str, bits: u32) {
         }
         assert_eq!(got, want_tokens, "{arch} bits={bits} {build}: greedy tokens");
     });
+}
+
+/// With mlxcel's kernels off, every layer takes MLX's own ops, as on a GPU:
+/// the fallbacks of the fused entry points (q/k/v split into heads, the
+/// gated MLP, the per-row cached attention of a batched step) must compute
+/// the same model. Logits within the float bound of mlx-lm; a batched step's
+/// rows within the same bound of each row alone (MLX's ops promise no batch
+/// invariance; mlxcel's CPU kernels do, tests/tests/batch_invariance.rs).
+#[test]
+fn mlx_ops_path_matches_mlx_lm() {
+    for (arch, bits) in [("llama", 4), ("gemma3", 4), ("qwen3_moe", 4), ("phi3", 0)] {
+        let dir = tempfile::tempdir().unwrap();
+        let tiny = tiny_model(dir.path(), arch, bits, 1);
+        let (prompt, want) = (tiny.ids("prompt"), tiny.prompt_logits());
+        with_mlx_ops(|| {
+            let model = models::build(&tiny.config, &tiny.weights).unwrap();
+            let mut backend = MlxBackend::new(model, MlxOptions::default()).unwrap();
+            let seq = backend.new_sequence();
+            let logits = backend.prefill(seq, &prompt, true).unwrap().unwrap();
+            backend.release_sequence(seq);
+            let diff = logits.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            eprintln!("{arch} bits={bits} MLX ops: largest logit difference {diff:e}");
+            assert!(diff < 1e-4, "{arch} bits={bits} MLX ops: logits differ by {diff}");
+            // Three sequences of different lengths in one step, against each alone.
+            let heads: Vec<&[u32]> = vec![&prompt[..5], &prompt[..9], &prompt[..14]];
+            let mut alone = Vec::new();
+            for head in &heads {
+                let seq = backend.new_sequence();
+                backend.prefill(seq, head, false).unwrap();
+                alone.push(backend.decode(&[(seq, 7)]).unwrap().remove(0));
+                backend.release_sequence(seq);
+            }
+            let seqs: Vec<_> = heads
+                .iter()
+                .map(|head| {
+                    let seq = backend.new_sequence();
+                    backend.prefill(seq, head, false).unwrap();
+                    (seq, 7)
+                })
+                .collect();
+            for (i, l) in backend.decode(&seqs).unwrap().iter().enumerate() {
+                let diff = l.iter().zip(&alone[i]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(diff < 1e-4, "{arch} bits={bits} MLX ops: row {i} of a batch differs by {diff}");
+            }
+        });
+    }
 }
 
 macro_rules! parity {
