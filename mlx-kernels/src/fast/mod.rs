@@ -41,7 +41,7 @@
 //! `MLXCEL_ISA` and the rest once into [`crate::settings::Settings`] and apply
 //! them through these setters.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use cxx::UniquePtr;
 
@@ -50,6 +50,15 @@ use crate::error::{Error, Result};
 use crate::ffi::bridge;
 use crate::layers::{Linear, Weight};
 use crate::ops::{AttentionMask, QuantMode, Quantized};
+
+mod cpu;
+mod evaluation;
+
+pub use cpu::{
+    Isa, bench_quantized_linear, default_threads, isa, read_bandwidth_gbs, set_default_threads, set_isa, set_spin,
+    set_threads, threads,
+};
+pub use evaluation::{eval, eval_inline, inline_eval, pending_ops, set_inline_eval};
 
 /// Whose implementation an operation uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -674,191 +683,4 @@ pub fn silu_mul(a: &Array, b: &Array) -> Result<Array> {
 /// `gelu_tanh(a) * b` on the [`default_path`].
 pub fn gelu_approx_mul(a: &Array, b: &Array) -> Result<Array> {
     gated_activation(GateActivation::GeluApprox, a, b)
-}
-
-/// Threads the kernels use (the stream thread included).
-pub fn threads() -> usize {
-    bridge::kernels_threads().max(1) as usize
-}
-
-/// The default thread count (what [`set_threads`]`(0)` restores):
-/// [`set_default_threads`]'s, else the physical cores this process may run on.
-pub fn default_threads() -> usize {
-    bridge::kernels_default_threads().max(1) as usize
-}
-
-/// Sets the default thread count, process-wide (0: the physical cores this
-/// process may run on); a pool that runs already takes it at once.
-pub fn set_default_threads(n: usize) {
-    bridge::kernels_set_default_threads(i32::try_from(n).unwrap_or(i32::MAX));
-}
-
-/// How long an idle kernel worker spins, polling for the next job, before it
-/// parks on a futex (default 3000 µs), and whether it yields its core
-/// between polls (default true); docs/kernels.md "Threading". Applies from
-/// the next idle loop.
-pub fn set_spin(spin_us: u32, spin_yield: bool) {
-    bridge::kernels_set_spin(i32::try_from(spin_us).unwrap_or(i32::MAX), spin_yield);
-}
-
-/// Sets the kernels' thread count, process-wide (0 restores the default).
-/// Takes effect for the next kernel that runs.
-pub fn set_threads(n: usize) {
-    bridge::kernels_set_threads(i32::try_from(n).unwrap_or(i32::MAX));
-}
-
-/// The instruction sets the kernels are built for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Isa {
-    /// Portable C++ (every CPU).
-    Scalar,
-    /// x86-64 AVX2 with FMA (8 lanes).
-    Avx2,
-    /// x86-64 AVX-512 F/BW/DQ/VL (16 lanes).
-    Avx512,
-    /// AVX-512 with VNNI: the 4- and 8-bit matvecs run on int16 activations
-    /// (`vpdpwssd`; docs/kernels.md "Integer dot products").
-    Avx512Vnni,
-    /// AArch64 NEON (4 lanes; every AArch64 CPU has it).
-    Neon,
-}
-
-impl Isa {
-    /// Every ISA, each architecture's lowest first (the last one supported is
-    /// the best this CPU has).
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
-
-    fn ffi(self) -> bridge::Isa {
-        match self {
-            Isa::Scalar => bridge::Isa::Scalar,
-            Isa::Avx2 => bridge::Isa::Avx2,
-            Isa::Avx512 => bridge::Isa::Avx512,
-            Isa::Avx512Vnni => bridge::Isa::Avx512Vnni,
-            Isa::Neon => bridge::Isa::Neon,
-        }
-    }
-
-    /// `scalar`, `avx2`, `avx512`, `avx512vnni` or `neon`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
-            Isa::Avx512Vnni => "avx512vnni",
-            Isa::Neon => "neon",
-        }
-    }
-
-    /// Whether this CPU (and OS) can run it.
-    pub fn is_supported(self) -> bool {
-        bridge::kernels_isa_supported(self.ffi())
-    }
-
-    /// The best ISA this CPU supports (what the kernels start with).
-    pub fn best() -> Isa {
-        Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap_or(Isa::Scalar)
-    }
-}
-
-impl std::str::FromStr for Isa {
-    type Err = Error;
-
-    /// One of the [`Isa::name`]s.
-    fn from_str(s: &str) -> Result<Isa> {
-        Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
-            Error::invalid("isa", format!("{s:?} is not one of {}", names.join(", ")))
-        })
-    }
-}
-
-impl std::fmt::Display for Isa {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The ISA the kernels run with now.
-pub fn isa() -> Isa {
-    let now = bridge::kernels_isa();
-    Isa::ALL.into_iter().find(|i| i.ffi() == now).unwrap_or(Isa::Scalar)
-}
-
-/// Makes the kernels use `isa`, process-wide (tests run each ISA this way).
-pub fn set_isa(isa: Isa) -> Result<()> {
-    if bridge::kernels_set_isa(isa.ffi()) {
-        Ok(())
-    } else {
-        Err(Error::Device(format!("this CPU cannot run the {isa} kernels")))
-    }
-}
-
-/// The best read bandwidth (GB/s) of `reps` passes summing a buffer of
-/// `bytes` on the kernels' threads: the ceiling of a bandwidth-bound decode.
-pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
-    bridge::kernels_read_bandwidth(bytes, i32::try_from(reps).unwrap_or(i32::MAX))
-}
-
-/// Evaluates `outputs` like [`Array::eval_all`]. When every node still to
-/// compute is one of mlxcel's CPU kernels (a decode step is), the nodes run
-/// on the calling thread one after another, with the kernel pool, and never
-/// pass through MLX's stream thread: no task queue, no wake-up of that thread
-/// per node, no third thread competing for the cores (docs/kernels.md
-/// "Evaluating a step inline"). Any other graph goes to MLX's eval, and so
-/// does every graph after [`set_inline_eval`]`(false)`.
-pub fn eval(outputs: &[&Array]) -> Result<()> {
-    if inline_eval() && eval_inline(outputs)? {
-        return Ok(());
-    }
-    Array::eval_all(outputs)
-}
-
-static INLINE_EVAL: AtomicBool = AtomicBool::new(true);
-
-/// Whether [`eval`] tries [`eval_inline`] first (default true).
-pub fn inline_eval() -> bool {
-    INLINE_EVAL.load(Ordering::Relaxed)
-}
-
-/// Makes [`eval`] try inline evaluation (true) or send every graph to MLX's
-/// eval (false: for comparison and debugging), process-wide.
-pub fn set_inline_eval(on: bool) {
-    INLINE_EVAL.store(on, Ordering::Relaxed);
-}
-
-/// The inline half of [`eval`]: evaluates `outputs` on the calling thread and
-/// returns true when every node still to compute is one of mlxcel's CPU
-/// kernels (and none is traced); returns false, having computed nothing,
-/// otherwise.
-pub fn eval_inline(outputs: &[&Array]) -> Result<bool> {
-    bridge::eval_inline(&to_list(outputs)).map_err(|e| Error::mlx("eval", e))
-}
-
-/// The operations (MLX primitive names) that evaluating `outputs` would run
-/// now: one entry per graph node not yet computed.
-pub fn pending_ops(outputs: &[&Array]) -> Vec<String> {
-    bridge::pending_ops(&to_list(outputs))
-}
-
-/// Seconds per pass of the quantized-matmul kernel alone (no MLX graph or
-/// dispatch) over `ws` in sequence, best of `reps` passes; for
-/// micro-benchmarks. One weight measures a matrix in cache; distinct copies
-/// larger than the caches measure one streamed from memory. All weights must
-/// share x's width, bit width and group size.
-pub fn bench_quantized_linear(x: &Array, ws: &[&Quantized], reps: u32) -> Result<f64> {
-    let first = ws.first().ok_or_else(|| Error::invalid("bench_quantized_linear", "no weights"))?;
-    let mut list = Vec::with_capacity(ws.len() * 3);
-    for w in ws {
-        let b =
-            w.biases.as_ref().ok_or_else(|| Error::invalid("bench_quantized_linear", "affine weights need biases"))?;
-        list.extend([&w.weight, &w.scales, b]);
-    }
-    bridge::kernels_bench_qmm(
-        &x.inner,
-        &to_list(&list),
-        first.group_size,
-        first.bits,
-        i32::try_from(reps).unwrap_or(i32::MAX),
-    )
-    .map_err(|e| Error::mlx("bench_quantized_linear", e))
 }

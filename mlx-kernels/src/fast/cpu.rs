@@ -1,0 +1,154 @@
+//! The CPU kernels' machine settings: threads, idle spinning, the
+//! instruction set, and measurements of the machine (read bandwidth, one
+//! product kernel alone).
+
+use crate::array::{Array, to_list};
+use crate::error::{Error, Result};
+use crate::ffi::bridge;
+use crate::ops::Quantized;
+
+/// Threads the kernels use (the stream thread included).
+pub fn threads() -> usize {
+    bridge::kernels_threads().max(1) as usize
+}
+
+/// The default thread count (what [`set_threads`]`(0)` restores):
+/// [`set_default_threads`]'s, else the physical cores this process may run on.
+pub fn default_threads() -> usize {
+    bridge::kernels_default_threads().max(1) as usize
+}
+
+/// Sets the default thread count, process-wide (0: the physical cores this
+/// process may run on); a pool that runs already takes it at once.
+pub fn set_default_threads(n: usize) {
+    bridge::kernels_set_default_threads(i32::try_from(n).unwrap_or(i32::MAX));
+}
+
+/// How long an idle kernel worker spins, polling for the next job, before it
+/// parks on a futex (default 3000 µs), and whether it yields its core
+/// between polls (default true); docs/kernels.md "Threading". Applies from
+/// the next idle loop.
+pub fn set_spin(spin_us: u32, spin_yield: bool) {
+    bridge::kernels_set_spin(i32::try_from(spin_us).unwrap_or(i32::MAX), spin_yield);
+}
+
+/// Sets the kernels' thread count, process-wide (0 restores the default).
+/// Takes effect for the next kernel that runs.
+pub fn set_threads(n: usize) {
+    bridge::kernels_set_threads(i32::try_from(n).unwrap_or(i32::MAX));
+}
+
+/// The instruction sets the kernels are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable C++ (every CPU).
+    Scalar,
+    /// x86-64 AVX2 with FMA (8 lanes).
+    Avx2,
+    /// x86-64 AVX-512 F/BW/DQ/VL (16 lanes).
+    Avx512,
+    /// AVX-512 with VNNI: the 4- and 8-bit matvecs run on int16 activations
+    /// (`vpdpwssd`; docs/kernels.md "Integer dot products").
+    Avx512Vnni,
+    /// AArch64 NEON (4 lanes; every AArch64 CPU has it).
+    Neon,
+}
+
+impl Isa {
+    /// Every ISA, each architecture's lowest first (the last one supported is
+    /// the best this CPU has).
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
+
+    fn ffi(self) -> bridge::Isa {
+        match self {
+            Isa::Scalar => bridge::Isa::Scalar,
+            Isa::Avx2 => bridge::Isa::Avx2,
+            Isa::Avx512 => bridge::Isa::Avx512,
+            Isa::Avx512Vnni => bridge::Isa::Avx512Vnni,
+            Isa::Neon => bridge::Isa::Neon,
+        }
+    }
+
+    /// `scalar`, `avx2`, `avx512`, `avx512vnni` or `neon`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512vnni",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// Whether this CPU (and OS) can run it.
+    pub fn is_supported(self) -> bool {
+        bridge::kernels_isa_supported(self.ffi())
+    }
+
+    /// The best ISA this CPU supports (what the kernels start with).
+    pub fn best() -> Isa {
+        Isa::ALL.into_iter().rev().find(|i| i.is_supported()).unwrap_or(Isa::Scalar)
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = Error;
+
+    /// One of the [`Isa::name`]s.
+    fn from_str(s: &str) -> Result<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+            Error::invalid("isa", format!("{s:?} is not one of {}", names.join(", ")))
+        })
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The ISA the kernels run with now.
+pub fn isa() -> Isa {
+    let now = bridge::kernels_isa();
+    Isa::ALL.into_iter().find(|i| i.ffi() == now).unwrap_or(Isa::Scalar)
+}
+
+/// Makes the kernels use `isa`, process-wide (tests run each ISA this way).
+pub fn set_isa(isa: Isa) -> Result<()> {
+    if bridge::kernels_set_isa(isa.ffi()) {
+        Ok(())
+    } else {
+        Err(Error::Device(format!("this CPU cannot run the {isa} kernels")))
+    }
+}
+
+/// The best read bandwidth (GB/s) of `reps` passes summing a buffer of
+/// `bytes` on the kernels' threads: the ceiling of a bandwidth-bound decode.
+pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {
+    bridge::kernels_read_bandwidth(bytes, i32::try_from(reps).unwrap_or(i32::MAX))
+}
+
+/// Seconds per pass of the quantized-matmul kernel alone (no MLX graph or
+/// dispatch) over `ws` in sequence, best of `reps` passes; for
+/// micro-benchmarks. One weight measures a matrix in cache; distinct copies
+/// larger than the caches measure one streamed from memory. All weights must
+/// share x's width, bit width and group size.
+pub fn bench_quantized_linear(x: &Array, ws: &[&Quantized], reps: u32) -> Result<f64> {
+    let first = ws.first().ok_or_else(|| Error::invalid("bench_quantized_linear", "no weights"))?;
+    let mut list = Vec::with_capacity(ws.len() * 3);
+    for w in ws {
+        let b =
+            w.biases.as_ref().ok_or_else(|| Error::invalid("bench_quantized_linear", "affine weights need biases"))?;
+        list.extend([&w.weight, &w.scales, b]);
+    }
+    bridge::kernels_bench_qmm(
+        &x.inner,
+        &to_list(&list),
+        first.group_size,
+        first.bits,
+        i32::try_from(reps).unwrap_or(i32::MAX),
+    )
+    .map_err(|e| Error::mlx("bench_quantized_linear", e))
+}
