@@ -187,7 +187,7 @@ bool set_isa(Isa isa);
 /// The best ISA of this CPU.
 Isa best_isa();
 /// The ISA named `name` (`scalar`, `avx2`, `avx512`, `avx512vnni`, `neon`,
-/// the names of `Isa::name` in src/fast.rs); false for any other name. For
+/// the names of `Isa::name` in src/fast/cpu.rs); false for any other name. For
 /// tools without the Rust side (isa_check).
 bool isa_from_name(const char* name, Isa& isa);
 
