@@ -117,16 +117,19 @@ invariance! {
 fn more_rows_than_one_matvec_pass() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = tiny_model(dir.path(), "llama", 4, 1);
-    let model = models::build(&tiny.config, &tiny.weights).unwrap();
-    let mut backend = MlxBackend::new(model, MlxOptions::default()).unwrap();
-    let n = 17;
-    let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt(i % SEQUENCES)).collect();
-    let alone: Vec<Vec<u32>> = prompts.iter().map(|p| alone(&mut backend, p).0.remove(0)).collect();
-    let seqs: Vec<SeqId> = prompts.iter().map(|p| start(&mut backend, p)).collect();
-    let batch: Vec<(SeqId, u32)> = seqs.iter().zip(&prompts).map(|(&s, p)| (s, p[p.len() - 1])).collect();
-    for (i, l) in backend.decode(&batch).unwrap().iter().enumerate() {
-        assert!(bits(l) == alone[i], "sequence {i} of {n} differs from alone");
-    }
+    // The kernel build is process-wide: hold it for the whole comparison.
+    each_kernel_build(|build, _| {
+        let model = models::build(&tiny.config, &tiny.weights).unwrap();
+        let mut backend = MlxBackend::new(model, MlxOptions::default()).unwrap();
+        let n = 17;
+        let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt(i % SEQUENCES)).collect();
+        let alone: Vec<Vec<u32>> = prompts.iter().map(|p| alone(&mut backend, p).0.remove(0)).collect();
+        let seqs: Vec<SeqId> = prompts.iter().map(|p| start(&mut backend, p)).collect();
+        let batch: Vec<(SeqId, u32)> = seqs.iter().zip(&prompts).map(|(&s, p)| (s, p[p.len() - 1])).collect();
+        for (i, l) in backend.decode(&batch).unwrap().iter().enumerate() {
+            assert!(bits(l) == alone[i], "{build}: sequence {i} of {n} differs from alone");
+        }
+    });
 }
 
 /// A sequence appearing twice in one step is refused, naming it; the
@@ -157,20 +160,23 @@ fn engine_concurrent_greedy_equals_serial() {
         prompt: prompt(i),
         options: GenerationOptions { max_tokens: 12 + i, ignore_eos: true, ..GenerationOptions::default() },
     };
-    let serial: Vec<Vec<u32>> = {
-        let engine = Engine::load(&bundle, options(1)).unwrap();
-        (0..SEQUENCES).map(|i| engine.generate(request(i)).unwrap().tokens).collect()
-    };
-    let engine = std::sync::Arc::new(Engine::load(&bundle, options(SEQUENCES)).unwrap());
-    let handles: Vec<_> = (0..SEQUENCES)
-        .map(|i| {
-            let engine = engine.clone();
-            std::thread::spawn(move || engine.generate(request(i)).unwrap())
-        })
-        .collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        let g = h.join().unwrap();
-        assert_eq!(g.tokens, serial[i], "request {i}: concurrent tokens differ from serial");
-        assert_eq!(g.tokens.len(), 12 + i);
-    }
+    // The kernel build is process-wide: hold it for both runs.
+    each_kernel_build(|build, _| {
+        let serial: Vec<Vec<u32>> = {
+            let engine = Engine::load(&bundle, options(1)).unwrap();
+            (0..SEQUENCES).map(|i| engine.generate(request(i)).unwrap().tokens).collect()
+        };
+        let engine = std::sync::Arc::new(Engine::load(&bundle, options(SEQUENCES)).unwrap());
+        let handles: Vec<_> = (0..SEQUENCES)
+            .map(|i| {
+                let engine = engine.clone();
+                std::thread::spawn(move || engine.generate(request(i)).unwrap())
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            let g = h.join().unwrap();
+            assert_eq!(g.tokens, serial[i], "{build}: request {i}: concurrent tokens differ from serial");
+            assert_eq!(g.tokens.len(), 12 + i);
+        }
+    });
 }
