@@ -13,26 +13,37 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::flags;
+use crate::output::Stdout;
+
+/// The most sequences `-b` decodes together: each holds a KV cache, so the
+/// bound keeps a typo from allocating without end.
+const MAX_BATCH: usize = 1024;
+
 /// Options of `mlxcel bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The bundle to measure.
     pub bundle: PathBuf,
     /// Prompt tokens of the prompt-processing test (pp); 0 skips it.
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    #[arg(value_name = "N", short = 'p', long = "n-prompt", default_value_t = 512, allow_negative_numbers = true,
+          value_parser = flags::count(0, usize::MAX))]
     pub n_prompt: usize,
     /// Tokens of the generation test (tg), one decode step each; 0 skips it.
-    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    #[arg(value_name = "N", short = 'n', long = "n-gen", default_value_t = 128, allow_negative_numbers = true,
+          value_parser = flags::count(0, usize::MAX))]
     pub n_gen: usize,
     /// Repetitions of each test (after one warm-up run).
-    #[arg(short = 'r', long, default_value_t = 3)]
+    #[arg(value_name = "R", short = 'r', long, default_value_t = 3, allow_negative_numbers = true,
+          value_parser = flags::count(1, usize::MAX))]
     pub repetitions: usize,
     /// Sequences decoded together in the tg test (one forward pass per step
     /// for all of them); t/s counts every sequence's tokens.
-    #[arg(short = 'b', long, default_value_t = 1)]
+    #[arg(value_name = "B", short = 'b', long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = flags::count(1, MAX_BATCH))]
     pub batch: usize,
     /// Prompt tokens per forward pass in the pp test.
-    #[arg(long, default_value_t = 512)]
+    #[arg(value_name = "N", long, default_value_t = 512, allow_negative_numbers = true, value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
     /// Print JSON instead of the table.
     #[arg(long)]
@@ -62,22 +73,20 @@ impl Sample {
 }
 
 /// Runs `mlxcel bench`.
-pub fn bench(args: BenchArgs) -> Result<()> {
-    if args.repetitions == 0 {
-        bail!("--repetitions must be at least 1");
-    }
-    if args.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
+pub fn bench(out: &Stdout, args: BenchArgs) -> Result<()> {
+    crate::check_bundle_path(&args.bundle)?;
     let options =
         LoadOptions { compute_dtype: None, backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None } };
     let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
     let backend = &mut model.backend;
     let context = backend.context_length();
-    if args.n_prompt + 1 > context || args.n_gen + 1 > context {
+    if args.n_prompt >= context || args.n_gen >= context {
         bail!("the tests need {} and {} positions but the model's context holds {context}", args.n_prompt, args.n_gen);
     }
-    let vocab = backend.vocab_size() as u32;
+    let vocab = u32::try_from(backend.vocab_size()).unwrap_or(u32::MAX);
+    if vocab == 0 {
+        bail!("{}: the model has no vocabulary", args.bundle.display());
+    }
     let mut rng = StdRng::seed_from_u64(0);
     let mut samples = Vec::new();
     if args.n_prompt > 0 {
@@ -135,18 +144,16 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
+        return out.line(&serde_json::to_string_pretty(&rows)?);
     }
-    println!("| model | size | device | threads | test | t/s |");
-    println!("|---|--:|---|--:|--:|--:|");
+    let mut table = String::from("| model | size | device | threads | test | t/s |\n|---|--:|---|--:|--:|--:|\n");
     for s in &samples {
-        println!(
-            "| {name} | {size_mib:.1} MiB | {device} | {threads} | {} | {:.2} ± {:.2} |",
+        table.push_str(&format!(
+            "| {name} | {size_mib:.1} MiB | {device} | {threads} | {} | {:.2} ± {:.2} |\n",
             s.test,
             s.mean(),
             s.stddev()
-        );
+        ));
     }
-    Ok(())
+    out.write(&table)
 }

@@ -1,23 +1,28 @@
 //! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles.
 
 mod bench;
+mod flags;
+mod input;
 mod inspect;
+mod output;
 mod run;
 mod verify;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Parser, Subcommand};
 use mlxcel_mlx::Device;
 use mlxcel_mlx::device::DeviceRequest;
 use mlxcel_mlx::fast::Isa;
 use mlxcel_mlx::settings::{self, Settings};
 
+use crate::output::{EXIT_CODES_HELP, EXIT_ERROR, EXIT_OK, EXIT_USAGE, Stdout, describe, exit_code, note};
+
 /// Runs large language models from compiled `.mlxb` bundles on MLX.
 #[derive(Parser)]
-#[command(name = "mlxcel", disable_version_flag = true, arg_required_else_help = true)]
+#[command(name = "mlxcel", disable_version_flag = true, arg_required_else_help = true, after_help = EXIT_CODES_HELP)]
 struct Cli {
     /// Print the mlxcel version, the linked MLX version and the default device.
     #[arg(short = 'V', long, action = ArgAction::SetTrue)]
@@ -84,13 +89,21 @@ fn version_text(device: Device) -> String {
     )
 }
 
-fn devices(chosen: Device) -> Result<()> {
+fn devices(out: &Stdout, chosen: Device) -> Result<()> {
     for d in [Device::Cpu, Device::Gpu] {
         let mark = if d == chosen { "*" } else { " " };
         let state = if d.is_available() { d.description() } else { "not available in this MLX build".to_string() };
-        println!("{mark} {:<4} {state}", d.name());
+        out.line(&format!("{mark} {:<4} {state}", d.name()))?;
     }
-    println!("(* = used by default; set {} to cpu, gpu or auto)", settings::DEVICE);
+    out.line(&format!("(* = used by default; set {} to cpu, gpu or auto)", settings::DEVICE))
+}
+
+/// Refuses a bundle path that is a directory before the bundle reader
+/// tries to map it (which fails with the confusing "No such device").
+pub(crate) fn check_bundle_path(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        bail!("{} is a directory, not a bundle file", path.display());
+    }
     Ok(())
 }
 
@@ -113,37 +126,52 @@ fn run(cli: Cli) -> Result<()> {
         settings.threads = Some(usize::from(threads));
     }
     let device = settings.apply()?;
+    let out = Stdout::new();
     if cli.version {
-        println!("{}", version_text(device));
-        return Ok(());
+        return out.line(&version_text(device));
     }
     match cli.command {
-        Some(Command::Devices) => devices(device),
+        Some(Command::Devices) => devices(&out, device),
         Some(Command::Inspect { bundle, json, tensors }) => {
+            check_bundle_path(&bundle)?;
             let opened =
                 mlxcel_bundle::Bundle::open(&bundle).with_context(|| format!("opening {}", bundle.display()))?;
             if json {
                 let text =
                     serde_json::to_string_pretty(&inspect::to_json(&opened, tensors)).context("encoding JSON")?;
-                println!("{text}");
+                out.line(&text)
             } else {
-                print!("{}", inspect::to_text(&opened, tensors));
+                out.write(&inspect::to_text(&opened, tensors))
             }
-            Ok(())
         }
-        Some(Command::Verify { bundle }) => verify::run(&bundle),
+        Some(Command::Verify { bundle }) => verify::run(&out, &bundle),
         Some(Command::Run(args)) => run::run(args),
-        Some(Command::Bench(args)) => bench::bench(args),
+        Some(Command::Bench(args)) => bench::bench(&out, args),
         None => Ok(()),
     }
 }
 
+/// Runs the command; exits with the codes of `output` (`--help` lists them).
+/// A closed stdout ends quietly: its reader has gone on purpose (`| head`).
+/// After Ctrl-C, `run` has already said "[stopped]".
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // `--help` goes to stdout; a usage error to stderr. Neither
+            // write can panic: a failed one still exits with the code.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(e) => {
+            let code = exit_code(&e);
+            if code == EXIT_ERROR {
+                note!("error: {}", describe(&e));
+            }
+            ExitCode::from(code)
         }
     }
 }

@@ -1,19 +1,25 @@
 //! `mlxcel run`: generate from a bundle, once (`-p`) or as an interactive chat.
 
-use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use mlxcel_runtime::backend::MlxOptions;
 use mlxcel_runtime::chat::Message;
 use mlxcel_runtime::engine::{Canceller, Engine, EngineOptions, Event, Generating, ModelInfo, Request};
 use mlxcel_runtime::generate::{FinishReason, Generation, GenerationOptions};
 use mlxcel_runtime::loader::LoadOptions;
-use mlxcel_runtime::sampler::SamplingParams;
+use mlxcel_runtime::sampler::{Param, SamplingParams};
 
-/// Options of `mlxcel run`.
+use crate::check_bundle_path;
+use crate::flags;
+use crate::input::{self, Input};
+use crate::output::{Interrupted, Stdout, note};
+
+/// Options of `mlxcel run`. Numeric flags are checked by flag name before
+/// any work (`flags`); negative numbers are read as (refused) values.
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The bundle to run (`mlxcel-compile` makes one).
@@ -22,37 +28,43 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub prompt: Option<String>,
     /// The most tokens to generate per answer.
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
+    #[arg(value_name = "N", short = 'n', long = "max-tokens", default_value_t = 256, allow_negative_numbers = true,
+          value_parser = flags::count(0, usize::MAX))]
     pub max_tokens: usize,
-    /// Sampling temperature; 0 is greedy (default: the model's, else 0).
-    #[arg(long = "temp")]
+    /// Sampling temperature; 0 is greedy (default: 0).
+    #[arg(value_name = "T", long = "temp", allow_negative_numbers = true, value_parser = flags::sampling(Param::Temperature))]
     pub temperature: Option<f32>,
-    /// Nucleus sampling: keep the most likely tokens up to this mass (0, 1].
-    #[arg(long)]
+    /// Nucleus sampling: keep the most likely tokens up to this mass (0, 1]
+    /// (default with --temp: the bundle's, else 1).
+    #[arg(value_name = "P", long, allow_negative_numbers = true, value_parser = flags::sampling(Param::TopP))]
     pub top_p: Option<f32>,
-    /// Keep only the K most likely tokens (0: all).
-    #[arg(long)]
+    /// Keep only the K most likely tokens (0: all; default with --temp: the
+    /// bundle's, else 0).
+    #[arg(value_name = "K", long, allow_negative_numbers = true, value_parser = flags::count(0, usize::MAX))]
     pub top_k: Option<usize>,
-    /// Drop tokens less likely than this fraction of the most likely one.
-    #[arg(long, default_value_t = 0.0)]
+    /// Drop tokens less likely than this fraction of the most likely one [0, 1].
+    #[arg(value_name = "P", long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = flags::sampling(Param::MinP))]
     pub min_p: f32,
-    /// Penalise recently generated tokens multiplicatively (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    /// Penalise recently generated tokens multiplicatively (1: off; > 0).
+    #[arg(value_name = "R", long, default_value_t = 1.0, allow_negative_numbers = true,
+          value_parser = flags::sampling(Param::RepetitionPenalty))]
     pub repetition_penalty: f32,
-    /// Subtract from the logits of recently seen tokens (0: off).
-    #[arg(long, default_value_t = 0.0)]
+    /// Subtract from the logits of recently seen tokens (0: off; [-2, 2]).
+    #[arg(value_name = "P", long, default_value_t = 0.0, allow_negative_numbers = true,
+          value_parser = flags::sampling(Param::PresencePenalty))]
     pub presence_penalty: f32,
-    /// Subtract per occurrence of recently seen tokens (0: off).
-    #[arg(long, default_value_t = 0.0)]
+    /// Subtract per occurrence of recently seen tokens (0: off; [-2, 2]).
+    #[arg(value_name = "F", long, default_value_t = 0.0, allow_negative_numbers = true,
+          value_parser = flags::sampling(Param::FrequencyPenalty))]
     pub frequency_penalty: f32,
     /// Random seed (default: a fresh one each run).
-    #[arg(long)]
+    #[arg(value_name = "S", long, allow_negative_numbers = true, value_parser = flags::seed)]
     pub seed: Option<u64>,
-    /// Cap the KV cache to this many positions per layer (older ones slide out).
-    #[arg(long)]
+    /// Cap the KV cache to this many positions per layer (older ones slide out; >= 1).
+    #[arg(value_name = "N", long, allow_negative_numbers = true, value_parser = flags::count(1, usize::MAX))]
     pub max_kv_size: Option<usize>,
-    /// Prompt tokens per forward pass while prefilling.
-    #[arg(long, default_value_t = 512)]
+    /// Prompt tokens per forward pass while prefilling (>= 1).
+    #[arg(value_name = "N", long, default_value_t = 512, allow_negative_numbers = true, value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
     /// Stop when this text appears (repeatable).
     #[arg(long = "stop")]
@@ -69,32 +81,60 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    fn sampling(&self, model: &ModelInfo) -> SamplingParams {
+    /// The sampling parameters: the flags, and with `--temp` the bundle's
+    /// top-k and top-p defaults where no flag gives them. The flags were
+    /// checked when parsed; a default the bundle gives is checked here and
+    /// blamed on the bundle, never on a flag the user did not pass.
+    fn sampling(&self, model: &ModelInfo) -> Result<SamplingParams> {
         let d = &model.defaults;
-        SamplingParams {
+        let sampled = self.temperature.is_some();
+        let top_p = match (self.top_p, d.top_p) {
+            (Some(flag), _) => flag,
+            (None, Some(default)) if sampled => Param::TopP.check(default).map_err(|_| {
+                anyhow!(
+                    "bundle {}: generation defaults: top_p = {default} is not {} (pass --top-p to override it)",
+                    self.bundle.display(),
+                    Param::TopP.requirement()
+                )
+            })?,
+            _ => 1.0,
+        };
+        let params = SamplingParams {
             temperature: self.temperature.unwrap_or(0.0),
-            top_k: self.top_k.unwrap_or(if self.temperature.is_some() { d.top_k.unwrap_or(0) } else { 0 }),
-            top_p: self.top_p.unwrap_or(if self.temperature.is_some() { d.top_p.unwrap_or(1.0) } else { 1.0 }),
+            top_k: self.top_k.unwrap_or(if sampled { d.top_k.unwrap_or(0) } else { 0 }),
+            top_p,
             min_p: self.min_p,
             repetition_penalty: self.repetition_penalty,
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             seed: self.seed,
             ..SamplingParams::default()
-        }
+        };
+        params.validate()?;
+        Ok(params)
     }
 }
 
-/// Runs `mlxcel run`.
+/// Runs `mlxcel run`. Ctrl-C stops the answer being written: a one-shot run
+/// then ends with [`Interrupted`] (exit 130); the chat returns to its prompt,
+/// and Ctrl-C at the prompt ends the chat with [`Interrupted`].
 pub fn run(args: RunArgs) -> Result<()> {
+    check_bundle_path(&args.bundle)?;
+    let out = Stdout::new();
     // The request being generated, for Ctrl-C to stop; `None` at the chat prompt.
     let current: Arc<Mutex<Option<Canceller>>> = Arc::new(Mutex::new(None));
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (input_tx, inputs) = mpsc::channel();
     {
-        let current = current.clone();
-        // Ctrl-C stops the answer being generated; at the chat prompt it explains how to quit.
-        ctrlc::set_handler(move || match current.lock().ok().as_deref().and_then(Option::as_ref) {
-            Some(canceller) => canceller.cancel(),
-            None => eprint!("\n(use /exit or Ctrl-D to quit)\n> "),
+        let (current, interrupted, input_tx) = (current.clone(), interrupted.clone(), input_tx.clone());
+        ctrlc::set_handler(move || {
+            interrupted.store(true, Ordering::SeqCst);
+            match current.lock().ok().as_deref().and_then(Option::as_ref) {
+                Some(canceller) => canceller.cancel(),
+                None => {
+                    let _ = input_tx.send(Input::Interrupted);
+                }
+            }
         })
         .context("installing the Ctrl-C handler")?;
     }
@@ -107,9 +147,12 @@ pub fn run(args: RunArgs) -> Result<()> {
         max_batch: 1,
     };
     let engine = Engine::load(&args.bundle, options).with_context(|| format!("loading {}", args.bundle.display()))?;
+    if interrupted.load(Ordering::SeqCst) {
+        return Err(Interrupted.into());
+    }
     let model = engine.model().clone();
     if args.verbose {
-        eprintln!(
+        note!(
             "[mlxcel] {} ({}), {:.1} MB of weights, ready in {:.1} ms on {}",
             if model.name.is_empty() { "model" } else { &model.name },
             model.architecture,
@@ -120,28 +163,26 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     let gen_options = GenerationOptions {
         max_tokens: args.max_tokens,
-        sampling: args.sampling(&model),
+        sampling: args.sampling(&model)?,
         stop_strings: args.stop.clone(),
         ..GenerationOptions::default()
     };
-    gen_options.sampling.validate()?;
     let use_template = model.chat_template.is_some() && !args.no_chat_template;
     if args.system.is_some() && !use_template {
         bail!("--system needs a chat template, and this run uses none (the bundle has none, or --no-chat-template)");
     }
     let mut history: Vec<Message> = args.system.iter().map(|s| Message::new("system", s.as_str())).collect();
-    let answer = |history: &[Message], raw: &str| -> Result<Generation> {
-        let prompt = if use_template { model.encode_chat(history)? } else { model.encode_text(raw)? };
+    let answer = |prompt: Vec<u32>| -> Result<Generation> {
         let generating = engine.submit(Request { prompt, options: gen_options.clone() })?;
-        *current.lock().map_err(|_| anyhow::anyhow!("the Ctrl-C handler panicked"))? = Some(generating.canceller());
-        let result = print_events(generating);
+        *current.lock().map_err(|_| anyhow!("the Ctrl-C handler panicked"))? = Some(generating.canceller());
+        let result = print_events(&out, generating);
         if let Ok(mut slot) = current.lock() {
             *slot = None;
         }
         let generation = result?;
-        println!();
+        out.line("")?;
         if generation.finish_reason == FinishReason::Cancelled {
-            eprintln!("[stopped]");
+            note!("[stopped]");
         }
         if args.verbose {
             report(&generation);
@@ -151,59 +192,97 @@ pub fn run(args: RunArgs) -> Result<()> {
 
     if let Some(prompt) = &args.prompt {
         history.push(Message::new("user", prompt.as_str()));
-        answer(&history, prompt)?;
+        let tokens = if use_template { model.encode_chat(&history)? } else { model.encode_text(prompt)? };
+        answer(tokens)?;
+        if interrupted.load(Ordering::SeqCst) {
+            return Err(Interrupted.into());
+        }
         return Ok(());
     }
     if !use_template {
         bail!("interactive chat needs a chat template; pass a prompt with -p to complete raw text");
     }
-    eprintln!(
+    note!(
         "Chatting with {} — /reset clears the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.",
         model.name
     );
-    let stdin = std::io::stdin();
+    input::read_lines(input_tx);
     loop {
-        eprint!("> ");
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
-            eprintln!();
-            return Ok(());
-        }
+        crate::output::stderr(format_args!("> "));
+        let line = match inputs.recv() {
+            Ok(Input::Line { text, .. }) => text,
+            Ok(Input::Skipped { number, reason }) => {
+                note!("line {number} {reason}");
+                continue;
+            }
+            Ok(Input::End) | Err(_) => {
+                note!("");
+                return Ok(());
+            }
+            Ok(Input::Failed(message)) => bail!(message),
+            Ok(Input::Interrupted) => {
+                note!("");
+                return Err(Interrupted.into());
+            }
+        };
         let line = line.trim();
         match line {
             "" => continue,
             "/exit" | "/quit" => return Ok(()),
             "/reset" => {
                 history.retain(|m| m.role == "system");
-                eprintln!("[conversation cleared]");
+                note!("[conversation cleared]");
                 continue;
             }
             _ => {}
         }
         history.push(Message::new("user", line));
-        let generation = answer(&history, line)?;
+        // A message the conversation cannot take is refused, keeping the
+        // conversation as it was; only what breaks the session ends it.
+        let prompt = match chat_prompt(&model, &history) {
+            Ok(prompt) => prompt,
+            Err(reason) => {
+                history.pop();
+                note!("{reason}; message ignored (/reset clears the conversation)");
+                continue;
+            }
+        };
+        let generation = answer(prompt)?;
+        interrupted.store(false, Ordering::SeqCst);
         history.push(Message::new("assistant", generation.text));
     }
 }
 
-/// Prints a request's text as it arrives; returns the whole generation.
-fn print_events(generating: Generating) -> Result<Generation> {
-    let stdout = std::io::stdout();
+/// The prompt of the conversation `history`, or why it cannot be answered:
+/// the template refuses it, or it leaves no room in the context for an answer.
+fn chat_prompt(model: &ModelInfo, history: &[Message]) -> std::result::Result<Vec<u32>, String> {
+    let prompt = model.encode_chat(history).map_err(|e| e.to_string())?;
+    let context = model.context_length();
+    if prompt.len() >= context {
+        return Err(format!(
+            "the conversation with this message has {} tokens but the context holds {context}",
+            prompt.len()
+        ));
+    }
+    Ok(prompt)
+}
+
+/// Prints a request's text as it arrives; returns the whole generation. A
+/// failed write ends the request (dropping the stream cancels it).
+fn print_events(out: &Stdout, generating: Generating) -> Result<Generation> {
     let (mut text, mut tokens, mut logprobs) = (String::new(), Vec::new(), Vec::new());
-    let show = |piece: &str, text: &mut String| {
-        text.push_str(piece);
-        let mut out = stdout.lock();
-        let _ = out.write_all(piece.as_bytes());
-        let _ = out.flush();
-    };
     for event in generating {
         match event {
             Event::Token { token, logprob, text: piece } => {
                 tokens.push(token);
                 logprobs.push(logprob);
-                show(&piece, &mut text);
+                out.write(&piece)?;
+                text.push_str(&piece);
             }
-            Event::Text(piece) => show(&piece, &mut text),
+            Event::Text(piece) => {
+                out.write(&piece)?;
+                text.push_str(&piece);
+            }
             Event::Done { finish_reason, stats } => {
                 return Ok(Generation { text, tokens, logprobs, finish_reason, stats });
             }
@@ -215,7 +294,7 @@ fn print_events(generating: Generating) -> Result<Generation> {
 
 fn report(g: &Generation) {
     let s = &g.stats;
-    eprintln!(
+    note!(
         "[mlxcel] prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | first token after {:.1} ms | finish: {:?}",
         s.prompt_tokens,
         s.prefill_tokens_per_second(),
@@ -224,7 +303,7 @@ fn report(g: &Generation) {
         s.time_to_first_token.as_secs_f64() * 1e3,
         g.finish_reason
     );
-    eprintln!(
+    note!(
         "[mlxcel] peak memory: MLX {:.1} MB, process {}",
         mlxcel_mlx::memory::peak() as f64 / 1e6,
         peak_rss().map_or("unknown".into(), |kb| format!("{:.1} MB", kb as f64 / 1e3))

@@ -6,10 +6,13 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mlxcel_bundle::{Bundle, BundleError, hex};
 
+use crate::output::{Stdout, note};
+
 /// Verifies the bundle at `path`, drawing a progress bar on stderr (only when
 /// it is a terminal). Prints one line per mismatch on stderr and fails when
 /// there is any.
-pub fn run(path: &Path) -> Result<()> {
+pub fn run(out: &Stdout, path: &Path) -> Result<()> {
+    crate::check_bundle_path(path)?;
     let bundle = Bundle::open(path).with_context(|| format!("opening {}", path.display()))?;
     let bar = ProgressBar::with_draw_target(Some(bundle.header().file_len), ProgressDrawTarget::stderr());
     bar.set_style(
@@ -28,20 +31,17 @@ pub fn run(path: &Path) -> Result<()> {
     });
     bar.finish_and_clear();
     match result {
-        Ok(report) => {
-            println!(
-                "OK {}: {} bytes verified ({} tensors, {} sections), root hash {}",
-                path.display(),
-                report.checked_bytes,
-                report.tensors,
-                report.sections,
-                hex(&bundle.root_hash())
-            );
-            Ok(())
-        }
+        Ok(report) => out.line(&format!(
+            "OK {}: {} bytes verified ({} tensors, {} sections), root hash {}",
+            path.display(),
+            report.checked_bytes,
+            report.tensors,
+            report.sections,
+            hex(&bundle.root_hash())
+        )),
         Err(BundleError::VerifyFailed { failures }) => {
             for failure in &failures {
-                eprintln!("MISMATCH {failure}");
+                note!("MISMATCH {failure}");
             }
             bail!("{}: verification failed: {} problem(s)", path.display(), failures.len())
         }

@@ -46,27 +46,83 @@ impl Default for SamplingParams {
     }
 }
 
+/// A sampling parameter with a range, so that every front end (the CLI's
+/// flags, a request's fields, a bundle's generation defaults) checks it as
+/// [`SamplingParams::validate`] does and words the range alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// [`SamplingParams::temperature`].
+    Temperature,
+    /// [`SamplingParams::top_p`].
+    TopP,
+    /// [`SamplingParams::min_p`].
+    MinP,
+    /// [`SamplingParams::repetition_penalty`].
+    RepetitionPenalty,
+    /// [`SamplingParams::presence_penalty`].
+    PresencePenalty,
+    /// [`SamplingParams::frequency_penalty`].
+    FrequencyPenalty,
+}
+
+impl Param {
+    /// The field's name (as in [`SamplingParams`] and Hugging Face's
+    /// `generation_config.json`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Param::Temperature => "temperature",
+            Param::TopP => "top_p",
+            Param::MinP => "min_p",
+            Param::RepetitionPenalty => "repetition_penalty",
+            Param::PresencePenalty => "presence_penalty",
+            Param::FrequencyPenalty => "frequency_penalty",
+        }
+    }
+
+    /// What a valid value is, completing "must be ...".
+    pub fn requirement(self) -> &'static str {
+        match self {
+            Param::Temperature => "a finite number >= 0",
+            Param::TopP => "in (0, 1]",
+            Param::MinP => "in [0, 1]",
+            Param::RepetitionPenalty => "a finite number > 0",
+            Param::PresencePenalty | Param::FrequencyPenalty => "in [-2, 2]",
+        }
+    }
+
+    /// Whether `value` is valid. NaN never is.
+    pub fn accepts(self, value: f32) -> bool {
+        match self {
+            Param::Temperature => value.is_finite() && value >= 0.0,
+            Param::TopP => value > 0.0 && value <= 1.0,
+            Param::MinP => (0.0..=1.0).contains(&value),
+            Param::RepetitionPenalty => value.is_finite() && value > 0.0,
+            Param::PresencePenalty | Param::FrequencyPenalty => (-2.0..=2.0).contains(&value),
+        }
+    }
+
+    /// `value` if valid, else [`Error::InvalidParameter`] naming the field.
+    pub fn check(self, value: f32) -> Result<f32> {
+        if self.accepts(value) {
+            Ok(value)
+        } else {
+            Err(Error::InvalidParameter {
+                name: self.name(),
+                message: format!("must be {}, got {value}", self.requirement()),
+            })
+        }
+    }
+}
+
 impl SamplingParams {
     /// Checks every field's range, naming the first bad one.
     pub fn validate(&self) -> Result<()> {
-        let bad = |name: &'static str, message: String| Err(Error::InvalidParameter { name, message });
-        if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return bad("temperature", format!("must be a finite number >= 0, got {}", self.temperature));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", format!("must be in (0, 1], got {}", self.top_p));
-        }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return bad("min_p", format!("must be in [0, 1], got {}", self.min_p));
-        }
-        if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
-            return bad("repetition_penalty", format!("must be a finite number > 0, got {}", self.repetition_penalty));
-        }
-        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
-            if !v.is_finite() || !(-2.0..=2.0).contains(&v) {
-                return bad(name, format!("must be in [-2, 2], got {v}"));
-            }
-        }
+        Param::Temperature.check(self.temperature)?;
+        Param::TopP.check(self.top_p)?;
+        Param::MinP.check(self.min_p)?;
+        Param::RepetitionPenalty.check(self.repetition_penalty)?;
+        Param::PresencePenalty.check(self.presence_penalty)?;
+        Param::FrequencyPenalty.check(self.frequency_penalty)?;
         Ok(())
     }
 
@@ -112,7 +168,7 @@ impl Sampler {
         if self.params.penalties_active() {
             apply_penalties(&self.params, logits, history);
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = make_finite(logits)?;
         let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
         if self.params.temperature == 0.0 {
             let token = argmax(logits);
@@ -169,15 +225,41 @@ impl Sampler {
     }
 }
 
-/// The index of the largest logit (the first one on ties, like MLX's argmax).
+/// Makes `logits` safe to normalise and returns their maximum: a NaN (a
+/// broken model or an overflow) becomes impossible (-inf) rather than
+/// poisoning the normaliser and with it every probability; when some logits
+/// are +inf, those tokens share all the mass (0) and the others get none.
+/// Refuses logits where no token is possible.
+fn make_finite(logits: &mut [f32]) -> Result<f32> {
+    let mut max = f32::NEG_INFINITY;
+    for l in logits.iter_mut() {
+        if l.is_nan() {
+            *l = f32::NEG_INFINITY;
+        }
+        max = max.max(*l);
+    }
+    if max == f32::INFINITY {
+        for l in logits.iter_mut() {
+            *l = if *l == f32::INFINITY { 0.0 } else { f32::NEG_INFINITY };
+        }
+        max = 0.0;
+    }
+    if max == f32::NEG_INFINITY {
+        return Err(Error::InvalidParameter { name: "logits", message: "no token has a finite logit".into() });
+    }
+    Ok(max)
+}
+
+/// The index of the largest logit (the first one on ties, like MLX's
+/// argmax). A NaN never wins: it compares below every number.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
+    let mut best: Option<(usize, f32)> = None;
     for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+        if !l.is_nan() && best.is_none_or(|(_, b)| l > b) {
+            best = Some((i, l));
         }
     }
-    best as u32
+    best.map_or(0, |(i, _)| i as u32)
 }
 
 /// Repetition (sign-aware, multiplicative), presence and frequency penalties
@@ -276,6 +358,25 @@ mod tests {
         // Token 2 is outside the window of 3.
         apply_penalties(&p, &mut logits, &[2, 0, 1, 0]);
         assert_eq!(logits, vec![4.0 / 2.0 - 0.5 - 0.5, -4.0 * 2.0 - 0.5 - 0.25, 4.0, 1.0]);
+    }
+
+    #[test]
+    fn nan_and_infinite_logits_never_win_by_accident() {
+        // A NaN first used to win argmax (nothing compares greater than it)
+        // and, with temperature, poisoned every probability.
+        assert_eq!(argmax(&[f32::NAN, 1.0, 2.0, f32::NAN]), 2);
+        for temperature in [0.0, 1.0] {
+            let mut s = sampler(SamplingParams { temperature, top_p: 0.9, ..Default::default() });
+            for _ in 0..50 {
+                let got = s.sample(&mut [f32::NAN, -30.0, 5.0, f32::NAN], &[]).unwrap();
+                assert_eq!(got.token, 2, "t={temperature}");
+                assert!(got.logprob.is_finite() && got.logprob <= 0.0, "{got:?}");
+            }
+            let got = s.sample(&mut [1.0, f32::INFINITY, f32::NAN], &[]).unwrap();
+            assert_eq!((got.token, got.logprob), (1, 0.0));
+            let err = s.sample(&mut [f32::NAN, f32::NEG_INFINITY], &[]).unwrap_err().to_string();
+            assert!(err.contains("logits: no token has a finite logit"), "{err}");
+        }
     }
 
     #[test]

@@ -74,7 +74,13 @@ fn user_errors_are_clear() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("the prompt has 600 tokens but the context holds 512"), "{}", text(&out.stderr));
     let out = mlxcel(&["run", b, "-p", "x", "--top-p", "1.5"], "");
-    assert!(text(&out.stderr).contains("invalid parameter top_p: must be in (0, 1], got 1.5"), "{}", text(&out.stderr));
+    // A flag out of range is a usage error naming the flag (exit 2).
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("invalid value '1.5' for '--top-p <P>': must be in (0, 1]"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = mlxcel(&["run", b, "-p", "x", "--no-chat-template", "--system", "s"], "");
     assert!(text(&out.stderr).contains("--system needs a chat template"), "{}", text(&out.stderr));
     // A bundle of a newer format major version.
