@@ -1,6 +1,6 @@
 //! `mlxcel run`: generate from a bundle, once (`-p`) or as an interactive chat.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
@@ -192,7 +192,9 @@ pub fn run(args: RunArgs) -> Result<()> {
 
     if let Some(prompt) = &args.prompt {
         history.push(Message::new("user", prompt.as_str()));
-        let tokens = if use_template { model.encode_chat(&history)? } else { model.encode_text(prompt)? };
+        let tokens = if use_template { model.encode_chat(&history) } else { model.encode_text(prompt) };
+        // The tokenizer and the template are the bundle's: say so.
+        let tokens = tokens.with_context(|| format!("bundle {}", args.bundle.display()))?;
         answer(tokens)?;
         if interrupted.load(Ordering::SeqCst) {
             return Err(Interrupted.into());
@@ -239,7 +241,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         history.push(Message::new("user", line));
         // A message the conversation cannot take is refused, keeping the
         // conversation as it was; only what breaks the session ends it.
-        let prompt = match chat_prompt(&model, &history) {
+        let prompt = match chat_prompt(&model, &args.bundle, &history) {
             Ok(prompt) => prompt,
             Err(reason) => {
                 history.pop();
@@ -255,8 +257,8 @@ pub fn run(args: RunArgs) -> Result<()> {
 
 /// The prompt of the conversation `history`, or why it cannot be answered:
 /// the template refuses it, or it leaves no room in the context for an answer.
-fn chat_prompt(model: &ModelInfo, history: &[Message]) -> std::result::Result<Vec<u32>, String> {
-    let prompt = model.encode_chat(history).map_err(|e| e.to_string())?;
+fn chat_prompt(model: &ModelInfo, bundle: &Path, history: &[Message]) -> std::result::Result<Vec<u32>, String> {
+    let prompt = model.encode_chat(history).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
     let context = model.context_length();
     if prompt.len() >= context {
         return Err(format!(

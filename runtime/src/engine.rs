@@ -26,7 +26,9 @@ use mlxcel_arch::ModelConfig;
 use crate::backend::{Backend, MlxBackend, SeqId};
 use crate::chat::{ChatTemplate, Message};
 use crate::error::{Error, Result};
-use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats, SequenceState, TextStream};
+use crate::generate::{
+    FinishReason, Generation, GenerationOptions, GenerationStats, SequenceState, TextStream, check_prompt_tokens,
+};
 use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, load};
 use crate::tokenizer::Tokenizer;
 
@@ -385,7 +387,9 @@ impl Scheduler {
         }
         let Request { prompt, options } = job.request;
         let context = self.backend.context_length();
-        let mut state = match SequenceState::new(&prompt, &options, self.model.tokenizer.eos_ids(), context) {
+        let state = SequenceState::new(&prompt, &options, self.model.tokenizer.eos_ids(), context)
+            .and_then(|state| check_prompt_tokens(&prompt, self.backend.vocab_size()).map(|()| state));
+        let mut state = match state {
             Ok(s) => s,
             Err(e) => {
                 let _ = job.events.send(Event::Failed(e));

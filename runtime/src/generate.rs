@@ -93,6 +93,24 @@ pub struct TokenStep {
     pub finish: Option<FinishReason>,
 }
 
+/// Refuses a prompt with a token the model has no embedding row for: the
+/// embedding lookup does not check its indices, so such a token would read
+/// outside the table (garbage or a crash) instead of failing. Every prompt
+/// reaches the backend through here, whoever tokenized it (the bundle's
+/// tokenizer, a client's token ids).
+pub fn check_prompt_tokens(prompt: &[u32], vocab_size: usize) -> Result<()> {
+    match prompt.iter().position(|&t| t as usize >= vocab_size) {
+        None => Ok(()),
+        Some(i) => Err(Error::InvalidParameter {
+            name: "prompt",
+            message: format!(
+                "token {} at position {i} is not in the model's vocabulary of {vocab_size} tokens",
+                prompt[i]
+            ),
+        }),
+    }
+}
+
 /// The token-level state of one sequence being generated: its sampler, the
 /// tokens so far (for penalties), its end tokens and budget, and its timings.
 pub struct SequenceState {
@@ -199,6 +217,7 @@ impl<'a> TokenGenerator<'a> {
         eos_ids: &[u32],
     ) -> Result<TokenGenerator<'a>> {
         let state = SequenceState::new(prompt, options, eos_ids, backend.context_length())?;
+        check_prompt_tokens(prompt, backend.vocab_size())?;
         let seq = backend.new_sequence();
         let (head, last) = prompt.split_at(prompt.len() - 1);
         if !head.is_empty()
@@ -426,6 +445,16 @@ mod tests {
 
     fn matcher(stops: &[&str]) -> StopMatcher {
         StopMatcher { stops: stops.iter().map(|s| s.to_string()).collect(), pending: String::new() }
+    }
+
+    #[test]
+    fn prompt_tokens_outside_the_vocabulary_are_refused() {
+        assert!(check_prompt_tokens(&[0, 9], 10).is_ok());
+        let err = check_prompt_tokens(&[0, 10, 3], 10).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid parameter prompt: token 10 at position 1 is not in the model's vocabulary of 10 tokens"
+        );
     }
 
     #[test]

@@ -56,9 +56,9 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success());
 }
 
-/// A copy of the unquantized tiny Llama bundle `source` whose generation
-/// defaults are `defaults`.
-fn with_defaults(source: &Path, defaults: &str, out: &Path) -> PathBuf {
+/// A copy of the unquantized tiny bundle `source` whose generation defaults
+/// are `defaults` and whose chat template is `template` (else the same).
+fn rebuilt(source: &Path, defaults: &str, template: Option<&str>, out: &Path) -> PathBuf {
     use mlxcel_bundle::{Bundle, BundleWriter, ModelInfo, TensorSpec};
     let b = Bundle::open(source).unwrap();
     let model = ModelInfo {
@@ -68,7 +68,7 @@ fn with_defaults(source: &Path, defaults: &str, out: &Path) -> PathBuf {
     };
     let mut w = BundleWriter::create(out, model).unwrap();
     w.add_tokenizer_json(b.tokenizer_json().unwrap()).unwrap();
-    w.set_chat_template(b.chat_template().unwrap());
+    w.set_chat_template(template.unwrap_or(b.chat_template().unwrap()));
     w.set_generation_defaults_json(defaults);
     for t in b.tensors() {
         assert!(t.quantization().is_none(), "an unquantized bundle");
@@ -229,7 +229,7 @@ fn numeric_flags_are_checked_by_name() {
 fn bad_generation_defaults_are_blamed_on_the_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = tiny_bundle(dir.path(), "llama", 0);
-    let bad = with_defaults(&tiny, r#"{"eos_token_id": 255, "top_p": 7}"#, &dir.path().join("bad.mlxb"));
+    let bad = rebuilt(&tiny, r#"{"eos_token_id": 255, "top_p": 7}"#, None, &dir.path().join("bad.mlxb"));
     let b = bad.to_str().unwrap();
     // With --temp the bundle's top_p applies: the bundle is named, not a flag.
     let out = mlxcel(&["run", b, "-p", "x", "-n", "2", "--temp", "0.5"], b"");
@@ -275,4 +275,51 @@ fn errors_state_each_cause_once() {
     let help = text(&mlxcel(&["--help"], b"").stdout);
     assert!(help.contains("Exit codes: 0 success, 1 error, 2 usage error"), "{help}");
     assert!(help.contains("130 interrupted (Ctrl-C), 141 stdout closed (broken pipe)"), "{help}");
+}
+
+#[test]
+fn prompt_tokens_outside_the_vocabulary_fail_the_request() {
+    use mlxcel_runtime::engine::{Engine, EngineOptions, Request};
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 0);
+    let engine = Engine::load(&bundle, EngineOptions::default()).unwrap();
+    let vocab = engine.model().config.vocab_size;
+    // Token ids a tokenizer or a client may produce beyond the embedding's rows.
+    for bad in [vocab as u32, 1 << 31, u32::MAX] {
+        let request = Request { prompt: vec![1, bad, 2], options: Default::default() };
+        let err = engine.generate(request).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "invalid parameter prompt: token {bad} at position 1 is not in the model's vocabulary of {vocab} tokens"
+            )
+        );
+    }
+    // The engine still serves good requests.
+    let ok = engine.generate(Request { prompt: vec![1, 2, 3], options: Default::default() });
+    assert!(ok.is_ok(), "{:?}", ok.err());
+}
+
+#[test]
+fn template_errors_name_the_bundle_and_spare_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = tiny_bundle(dir.path(), "llama", 0);
+    // A template that refuses any message containing "forbidden".
+    let template = "{% for m in messages %}{% if 'forbidden' in m.content %}{{ raise_exception('no forbidden words') }}\
+        {% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
+    let path = rebuilt(&tiny, r#"{"eos_token_id": 255}"#, Some(template), &dir.path().join("t.mlxb"));
+    let b = path.to_str().unwrap();
+    let out = mlxcel(&["run", b, "-p", "a forbidden word"], b"");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!("error: bundle {b}: chat template: ")) && err.contains("no forbidden words"),
+        "{err}"
+    );
+    // In the chat, the message is refused and the next one answered.
+    let out = mlxcel(&["run", b, "-n", "3"], b"a forbidden word\nhello\n");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("no forbidden words") && err.contains("message ignored"), "{err}");
+    assert_eq!(text(&out.stdout).matches('\n').count(), 1, "{}", text(&out.stdout));
 }
