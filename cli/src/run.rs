@@ -195,6 +195,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         let tokens = if use_template { model.encode_chat(&history) } else { model.encode_text(prompt) };
         // The tokenizer and the template are the bundle's: say so.
         let tokens = tokens.with_context(|| format!("bundle {}", args.bundle.display()))?;
+        if tokens.is_empty() {
+            bail!("-p: the prompt gives no tokens (it is empty, and the tokenizer adds none to raw text)");
+        }
         answer(tokens)?;
         if interrupted.load(Ordering::SeqCst) {
             return Err(Interrupted.into());

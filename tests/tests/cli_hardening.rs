@@ -138,22 +138,29 @@ fn ctrl_c_stops_generation_and_exits_130() {
     let bundle = tiny_bundle(dir.path(), "llama", 0);
     let b = bundle.to_str().unwrap();
     // One-shot: the answer stops, "[stopped]" is said, the exit code is 130.
-    // The tiny model's 512 positions at a few ms a token leave time to
-    // interrupt once the first text arrives.
-    let mut child = command(&["run", b, "-p", "x", "-n", "100000", "--no-chat-template", "--temp", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let mut first = [0u8; 1];
-    child.stdout.as_mut().unwrap().read_exact(&mut first).expect("some text");
-    signal(&child, "INT");
-    let mut rest = Vec::new();
-    child.stdout.take().unwrap().read_to_end(&mut rest).unwrap();
-    let status = wait_at_most(&mut child, Duration::from_secs(60));
-    let err = stderr_of(&mut child);
-    assert_eq!(status.code(), Some(130), "{err}");
-    assert!(err.contains("[stopped]") && !err.contains("panicked"), "{err}");
+    // The signal goes once the first text arrives; should the answer end on
+    // its own first (an end token on a busy machine), the run is repeated.
+    let stopped = (0..5).any(|_| {
+        let mut child = command(&["run", b, "-p", "x", "-n", "100000", "--no-chat-template", "--temp", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start");
+        let mut first = [0u8; 1];
+        child.stdout.as_mut().unwrap().read_exact(&mut first).expect("some text");
+        signal(&child, "INT");
+        let mut rest = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut rest).unwrap();
+        let status = wait_at_most(&mut child, Duration::from_secs(60));
+        let err = stderr_of(&mut child);
+        assert!(!err.contains("panicked"), "{err}");
+        if !err.contains("[stopped]") {
+            return false;
+        }
+        assert_eq!(status.code(), Some(130), "{err}");
+        true
+    });
+    assert!(stopped, "no run was stopped by Ctrl-C");
     // At the chat prompt, Ctrl-C ends the chat with 130 too (it used to
     // print a hint and wait for more input forever).
     let mut child = command(&["run", b, "-n", "2"])
@@ -223,6 +230,10 @@ fn numeric_flags_are_checked_by_name() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(message) && !err.contains("panicked"), "{args:?}: {err}");
     }
+    // An empty raw prompt (the tiny tokenizer adds no BOS) names the flag.
+    let out = mlxcel(&["run", b, "-p", "", "--no-chat-template"], b"");
+    let err = text(&out.stderr);
+    assert_eq!(err, "error: -p: the prompt gives no tokens (it is empty, and the tokenizer adds none to raw text)\n");
 }
 
 #[test]
