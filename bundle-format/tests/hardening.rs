@@ -6,7 +6,7 @@ mod common;
 
 use std::error::Error as _;
 
-use mlxcel_bundle::{Bundle, BundleError, BundleWriter, TensorSpec, remove_temporary_files};
+use mlxcel_bundle::{Bundle, BundleWriter, TensorSpec, remove_temporary_files};
 
 /// `remove_temporary_files` removes every writer's file in the process:
 /// the tests that write hold this lock.
