@@ -585,7 +585,7 @@ impl SafetensorsSource {
         match self.load(info)? {
             TensorData::Float(f) => Ok(f),
             TensorData::Affine(a) => {
-                let mlx = |source| IngestError::Mlx { path: info.file.clone(), tensor: info.name.clone(), source };
+                let mlx = |cause| IngestError::Mlx { path: info.file.clone(), tensor: info.name.clone(), cause };
                 let w = a.to_quantized().and_then(|q| q.dequantize(None)).map_err(mlx)?;
                 let bytes = w.to_bytes().map_err(mlx)?;
                 Ok(FloatTensor { dtype: a.scales.dtype, shape: a.shape.clone(), data: Cow::Owned(bytes) })
