@@ -78,6 +78,17 @@ pub enum IngestError {
         /// The supported architectures.
         supported: String,
     },
+    /// `model.safetensors.index.json` names a shard outside the model's
+    /// directory (`..`, an absolute path, a symbolic link leading out).
+    #[error("{}: weight_map names the shard {shard:?}, which {reason}", index.display())]
+    ShardPath {
+        /// The index file.
+        index: PathBuf,
+        /// The shard as the index spells it.
+        shard: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// The configuration is missing a key or has a bad value.
     #[error("{}: config: {message}", path.display())]
     Config {
