@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{TempDir, llama_config, llama_dir, llama_gguf};
+use common::{TempDir, Val, llama_config, llama_dir, llama_gguf, llama_gguf_with};
 use mlxcel_arch::{ModelConfig, config::CONFIG_VERSION};
 use mlxcel_bundle::Bundle;
 use mlxcel_compiler::compile::{CompileOptions, compile};
@@ -38,6 +38,12 @@ fn hugging_face_values_the_runtime_cannot_honour_are_refused_by_file_key_and_val
         ("rope_theta", json!(0.0), "config key rope_theta: must be a positive finite number, found 0"),
         ("rms_norm_eps", json!(0.0), "config key rms_norm_eps: must be a positive finite number, found 0"),
         ("hidden_size", json!(0), "config key hidden_size: must be positive, found 0"),
+        (
+            "rope_theta",
+            json!(1e300),
+            "config key rope_theta: 1e300 does not fit the 32-bit float the runtime computes with",
+        ),
+        ("rms_norm_eps", json!(-1e-5), "config key rms_norm_eps: must be a positive finite number, found -0.00001"),
         ("num_hidden_layers", json!(-2), "config key num_hidden_layers: must be a non-negative integer, found -2"),
         (
             "rope_scaling",
@@ -66,6 +72,29 @@ fn gguf_values_name_the_metadata_key_too_and_nan_is_refused() {
         ),
     ] {
         llama_gguf(&path, eps);
+        let e = SourceModel::open(&path).expect_err("refused");
+        assert_eq!(e.to_string(), format!("{}: {message}", path.display()));
+    }
+    // Finite as f64 but infinite as the f32 the runtime uses: it used to
+    // become JSON null on the way into the config, then the default base.
+    for (key, value, message) in [
+        (
+            "llama.rope.freq_base",
+            Val::F64(1e39),
+            "config key rope_theta (GGUF llama.rope.freq_base): 1e39 does not fit the 32-bit float the runtime computes with",
+        ),
+        (
+            "llama.rope.freq_base",
+            Val::F32(0.0),
+            "config key rope_theta (GGUF llama.rope.freq_base): must be a positive finite number, found 0",
+        ),
+        (
+            "llama.rope.freq_base",
+            Val::F32(f32::INFINITY),
+            "config key rope_theta (GGUF llama.rope.freq_base): must be a finite number, found inf",
+        ),
+    ] {
+        llama_gguf_with(&path, 1e-5, vec![(key, value)]);
         let e = SourceModel::open(&path).expect_err("refused");
         assert_eq!(e.to_string(), format!("{}: {message}", path.display()));
     }

@@ -326,6 +326,11 @@ pub fn llama_dir(dir: &Path, config: &serde_json::Value, head: bool) {
 
 /// A one-layer Llama GGUF whose epsilon is `eps` (f32 metadata).
 pub fn llama_gguf(path: &Path, eps: f32) {
+    llama_gguf_with(path, eps, Vec::new());
+}
+
+/// [`llama_gguf`] with `extra` metadata (key, value) as well.
+pub fn llama_gguf_with(path: &Path, eps: f32, extra: Vec<(&str, Val<'_>)>) {
     let tokens: Vec<Val<'_>> = ["<unk>", "<s>", "</s>", "a"].iter().map(|t| Val::Str(t)).collect();
     let mut w = GgufWriter::new();
     w.kv("general.architecture", Val::Str("llama"))
@@ -340,5 +345,8 @@ pub fn llama_gguf(path: &Path, eps: f32) {
         .kv("tokenizer.ggml.token_type", Val::Arr(5, [2, 3, 3, 1].iter().map(|&t| Val::I32(t)).collect()))
         .tensor("token_embd.weight", &[64, 4], 0, f32_bytes(&[0.5; 64 * 4]))
         .tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
+    for (key, value) in extra {
+        w.kv(key, value);
+    }
     w.write(path);
 }
