@@ -148,3 +148,84 @@ fn hugging_face_sources_run_would_refuse_are_refused_by_compile() {
         assert_mentions(&e, &["config.json", key]);
     }
 }
+
+/// A complete one-layer Llama GGUF (f32, vocabulary of 4) with `meta`
+/// metadata replacing or joining the defaults, and `tokens` as its vocabulary.
+fn full_llama_gguf(path: &Path, meta: Vec<(&str, Val<'_>)>, tokens: &[&str]) {
+    let mut keys: Vec<(&str, Val<'_>)> = vec![
+        ("general.architecture", Val::Str("llama")),
+        ("llama.embedding_length", Val::U32(64)),
+        ("llama.feed_forward_length", Val::U32(128)),
+        ("llama.block_count", Val::U32(1)),
+        ("llama.context_length", Val::U32(256)),
+        ("llama.attention.head_count", Val::U32(2)),
+        ("llama.attention.head_count_kv", Val::U32(1)),
+        ("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5)),
+        ("tokenizer.ggml.model", Val::Str("llama")),
+    ];
+    for (k, v) in meta {
+        keys.retain(|(old, _)| *old != k);
+        keys.push((k, v));
+    }
+    let mut w = GgufWriter::new();
+    for (k, v) in keys {
+        w.kv(k, v);
+    }
+    let n = tokens.len();
+    w.kv("tokenizer.ggml.tokens", Val::Arr(8, tokens.iter().map(|t| Val::Str(t)).collect()))
+        .kv("tokenizer.ggml.scores", Val::Arr(6, (0..n).map(|i| Val::F32(-(i as f32))).collect()))
+        .kv("tokenizer.ggml.token_type", Val::Arr(5, (0..n).map(|i| Val::I32(if i < 3 { 3 } else { 1 })).collect()));
+    let values = |count: usize| f32_bytes(&(0..count).map(|i| (i % 5) as f32 * 0.01).collect::<Vec<_>>());
+    // GGUF dimensions are innermost first.
+    let mut tensors: Vec<(String, Vec<u64>)> =
+        vec![("token_embd.weight".into(), vec![64, n as u64]), ("output_norm.weight".into(), vec![64])];
+    for (t, dims) in [
+        ("attn_norm.weight", vec![64]),
+        ("ffn_norm.weight", vec![64]),
+        ("attn_q.weight", vec![64, 64]),
+        ("attn_k.weight", vec![64, 32]),
+        ("attn_v.weight", vec![64, 32]),
+        ("attn_output.weight", vec![64, 64]),
+        ("ffn_gate.weight", vec![64, 128]),
+        ("ffn_up.weight", vec![64, 128]),
+        ("ffn_down.weight", vec![128, 64]),
+    ] {
+        tensors.push((format!("blk.0.{t}"), dims));
+    }
+    for (name, dims) in tensors {
+        let count = dims.iter().product::<u64>() as usize;
+        w.tensor(&name, &dims, 0, values(count));
+    }
+    w.write(path);
+}
+
+const TOKENS: [&str; 4] = ["<unk>", "<s>", "</s>", "a"];
+
+#[test]
+fn gguf_metadata_run_would_refuse_is_refused_by_compile() {
+    let tmp = TempDir::new("check-gguf-meta");
+    let path = tmp.path().join("m.gguf");
+    full_llama_gguf(&path, Vec::new(), &TOKENS);
+    let m = SourceModel::open(&path).unwrap();
+    let ok = tmp.path().join("ok.mlxb");
+    compile(&m, &ok, &CompileOptions::default(), None, &mut |_| {}).unwrap();
+    std::fs::remove_file(&ok).unwrap();
+
+    let cases: Vec<(Vec<(&str, Val<'_>)>, Vec<&str>, Vec<&str>)> = vec![
+        (vec![("llama.context_length", Val::U32(0))], TOKENS.to_vec(), vec!["m.gguf", "max_position_embeddings"]),
+        (vec![("llama.block_count", Val::U32(2))], TOKENS.to_vec(), vec!["m.gguf", "model.layers.1"]),
+        (
+            vec![
+                ("tokenizer.ggml.model", Val::Str("gpt2")),
+                ("tokenizer.ggml.merges", Val::Arr(8, vec![Val::Str("x y")])),
+            ],
+            TOKENS.to_vec(),
+            vec!["m.gguf", "tokenizer"],
+        ),
+    ];
+    for (meta, tokens, parts) in cases {
+        full_llama_gguf(&path, meta, &tokens);
+        let e = compile_error(&path, tmp.path());
+        assert_mentions(&e, &parts);
+    }
+}
