@@ -80,6 +80,12 @@ fn gguf_sources_run_would_refuse_are_refused_by_compile() {
     assert_mentions(&e, &["m.gguf"]);
 }
 
+/// A change to a model directory.
+type Edit = Box<dyn FnOnce(&Path)>;
+
+/// GGUF metadata: keys and values.
+type Metadata<'a> = Vec<(&'a str, Val<'a>)>;
+
 /// A directory like [`llama_dir`]'s with `edit` applied to it.
 fn edited_dir(tmp: &TempDir, name: &str, edit: impl FnOnce(&Path)) -> std::path::PathBuf {
     let dir = tmp.path().join(name);
@@ -91,7 +97,7 @@ fn edited_dir(tmp: &TempDir, name: &str, edit: impl FnOnce(&Path)) -> std::path:
 #[test]
 fn hugging_face_sources_run_would_refuse_are_refused_by_compile() {
     let tmp = TempDir::new("check-hf");
-    let cases: Vec<(&str, Box<dyn FnOnce(&Path)>, Vec<&str>)> = vec![
+    let cases: Vec<(&str, Edit, Vec<&str>)> = vec![
         ("empty-tokenizer", Box::new(|d| std::fs::write(d.join("tokenizer.json"), b"").unwrap()), vec!["tokenizer"]),
         (
             "not-json-tokenizer",
@@ -211,7 +217,7 @@ fn gguf_metadata_run_would_refuse_is_refused_by_compile() {
     compile(&m, &ok, &CompileOptions::default(), None, &mut |_| {}).unwrap();
     std::fs::remove_file(&ok).unwrap();
 
-    let cases: Vec<(Vec<(&str, Val<'_>)>, Vec<&str>, Vec<&str>)> = vec![
+    let cases: Vec<(Metadata<'_>, Vec<&str>, Vec<&str>)> = vec![
         (vec![("llama.context_length", Val::U32(0))], TOKENS.to_vec(), vec!["m.gguf", "max_position_embeddings"]),
         (vec![("llama.block_count", Val::U32(2))], TOKENS.to_vec(), vec!["m.gguf", "model.layers.1"]),
         (

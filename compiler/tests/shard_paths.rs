@@ -29,7 +29,7 @@ fn shards_outside_the_model_directory_are_refused() {
         ("evil.safetensors", "leads outside the model directory (to /etc/passwd)"),
     ] {
         write_index(&dir, shard);
-        let e = SourceModel::open(&dir).err().expect("refused").to_string();
+        let e = SourceModel::open(&dir).expect_err("refused").to_string();
         assert_eq!(e, format!("{}: weight_map names the shard {shard:?}, which {reason}", index.display()));
     }
     write_index(&dir, "model.safetensors");

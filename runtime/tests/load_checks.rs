@@ -77,7 +77,7 @@ fn write_bundle(path: &Path, tokenizer: &str, defaults: serde_json::Value) {
 
 /// The errors of `check_bundle` and `load` on `path`, which must agree.
 fn refusal(path: &Path) -> String {
-    let checked = check_bundle(path).err().expect("check_bundle should refuse").to_string();
+    let checked = check_bundle(path).expect_err("check_bundle should refuse").to_string();
     let loaded = load(path, &LoadOptions::default()).err().expect("load should refuse").to_string();
     assert_eq!(checked, loaded);
     checked
