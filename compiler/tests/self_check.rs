@@ -220,6 +220,9 @@ fn gguf_metadata_run_would_refuse_is_refused_by_compile() {
     let cases: Vec<(Metadata<'_>, Vec<&str>, Vec<&str>)> = vec![
         (vec![("llama.context_length", Val::U32(0))], TOKENS.to_vec(), vec!["m.gguf", "max_position_embeddings"]),
         (vec![("llama.block_count", Val::U32(2))], TOKENS.to_vec(), vec!["m.gguf", "model.layers.1"]),
+        // Every token the same: the vocabulary keeps one entry, and the
+        // unknown token the tokenizer falls back to is not in it.
+        (Vec::new(), vec!["a", "a", "a", "a"], vec!["m.gguf", "tokenizer"]),
         (
             vec![
                 ("tokenizer.ggml.model", Val::Str("gpt2")),

@@ -17,6 +17,10 @@ use mlxcel_mlx::Dtype;
 use crate::error::{Error, Result};
 use crate::loader::{GenerationDefaults, build_parts};
 
+/// Text every tokenizer must encode and decode: letters, digits,
+/// punctuation, spaces, accented and CJK characters, an emoji.
+pub const SAMPLE_TEXT: &str = "Hello, world! 123 caf\u{e9} \u{4f60}\u{597d} \u{1f600}\n";
+
 /// What a checked bundle holds, for the compiler's report.
 #[derive(Clone, Debug)]
 pub struct CheckedBundle {
@@ -39,6 +43,17 @@ pub fn check_bundle(path: &Path) -> Result<CheckedBundle> {
     // f32: the dtype no stored float needs a lossy conversion into; nothing
     // is converted anyway (validate-only weights).
     let parts = build_parts(&bundle, Dtype::F32, true)?;
+    // `run` encodes the user's text: a tokenizer that loads but cannot
+    // encode (an unknown-token fallback missing from its vocabulary, as
+    // after a vocabulary of duplicates) fails here rather than at the
+    // first prompt.
+    let sample = parts.tokenizer.encode(SAMPLE_TEXT, true).and_then(|ids| parts.tokenizer.decode(&ids, false));
+    if let Err(e) = sample {
+        return Err(Error::BundleTokenizer {
+            section: "tokenizer",
+            message: format!("cannot encode and decode the sample text {SAMPLE_TEXT:?}: {e}"),
+        });
+    }
     Ok(CheckedBundle {
         tokenizer_ids: parts.tokenizer.vocab_size(),
         compiled_tokenizer: parts.tokenizer.is_compiled(),

@@ -234,7 +234,9 @@ fn remove_partial_bundle_on_signals() -> Result<()> {
             let name = signal_hook::low_level::signal_name(signal).unwrap_or("a signal");
             let what = if removed > 0 { "; the partial bundle was removed" } else { "" };
             let _ = writeln!(std::io::stderr(), "\nmlxcel-compile: interrupted by {name}{what}");
-            std::process::exit(128 + signal);
+            // `_exit`: no atexit handlers, so no C++ static destructor of
+            // MLX runs while the main thread is still computing with it.
+            signal_hook::low_level::exit(128 + signal);
         }
     });
     Ok(())
