@@ -236,10 +236,15 @@ impl<'a> Source<'a> {
     fn f32(&self, key: &str) -> Result<Option<f32>, ConfigError> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(|x| Some(x as f32))
-                .ok_or_else(|| invalid(self.key(key), format!("must be a number, found {v}"))),
+            Some(v) => match v.as_f64() {
+                // The runtime computes in f32: 1e39 would become infinity.
+                Some(x) if x.is_finite() && !(x as f32).is_finite() => Err(invalid(
+                    self.key(key),
+                    format!("{x:e} does not fit the 32-bit float the runtime computes with"),
+                )),
+                Some(x) => Ok(Some(x as f32)),
+                None => Err(invalid(self.key(key), format!("must be a number, found {v}"))),
+            },
         }
     }
 

@@ -102,24 +102,29 @@ fn list_failures(failures: &[VerifyFailure]) -> String {
 #[non_exhaustive]
 pub enum BundleError {
     /// An I/O operation on a bundle file failed.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}: {cause}", path.display())]
     Io {
         /// What was being done, e.g. "opening".
         action: &'static str,
         /// The file involved.
         path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
+        /// The underlying error (printed by this error's message, so not
+        /// also returned by `source()`: a chain states each cause once).
+        cause: io::Error,
+    },
+    /// A path given as a bundle is a directory.
+    #[error("{} is a directory, not a bundle", path.display())]
+    IsADirectory {
+        /// The directory.
+        path: PathBuf,
     },
     /// Reading the data of a tensor or section from its source failed (writer).
-    #[error("reading the data of {region}: {source}")]
+    #[error("reading the data of {region}: {cause}")]
     Source {
         /// The region being written.
         region: RegionName,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
+        /// The underlying error (in the message, not `source()`).
+        cause: io::Error,
     },
     /// The file is shorter than the fixed header.
     #[error("file is {len} bytes, shorter than the {min}-byte header: not a bundle, or truncated")]

@@ -19,6 +19,7 @@ mod header;
 pub mod manifest;
 pub mod raw;
 mod reader;
+mod temp;
 mod verify;
 mod writer;
 
@@ -30,8 +31,9 @@ pub use manifest::{
     SurgeryOperation, SurgeryRecord, TensorEntry, TokenizerInfo,
 };
 pub use reader::{Bundle, QuantizationView, SectionView, TensorView};
+pub use temp::remove_temporary_files;
 pub use verify::{VerifyProgress, VerifyReport};
-pub use writer::{BundleWriter, SectionSpec, TensorSpec, WrittenBundle, encode_manifest};
+pub use writer::{BundleWriter, SealedBundle, SectionSpec, TensorSpec, WrittenBundle, encode_manifest};
 
 /// The 8 magic bytes at offset 0: `\x89MLXB\r\n\x1a` (PNG-style: a high
 /// byte catches 7-bit transfers, CR LF catches newline conversion).

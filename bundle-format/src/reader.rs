@@ -321,7 +321,7 @@ fn validate<'a>(bytes: &'a [u8], header: &Header) -> Result<Validated<'a>> {
     if computed != header.manifest_blake3 {
         return Err(BundleError::ManifestHashMismatch { offset, stored: header.manifest_blake3, computed });
     }
-    let manifest = rkyv::access::<ArchivedManifest, rkyv::rancor::Error>(manifest_bytes)
+    let manifest = rkyv::access::<ArchivedManifest, rkyv::rancor::BoxedError>(manifest_bytes)
         .map_err(|e| BundleError::ManifestInvalid { offset, length, detail: e.to_string() })?;
 
     for extension in manifest.extensions.iter() {
@@ -439,9 +439,14 @@ impl Bundle {
     /// (see [`Bundle::verify`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Bundle> {
         let path = path.as_ref();
-        let io = |action| move |source| BundleError::Io { action, path: path.to_path_buf(), source };
+        let io = |action| move |cause| BundleError::Io { action, path: path.to_path_buf(), cause };
         let file = File::open(path).map_err(io("opening"))?;
-        let len = file.metadata().map_err(io("reading the metadata of"))?.len();
+        let metadata = file.metadata().map_err(io("reading the metadata of"))?;
+        // Mapping a directory fails with ENODEV ("No such device").
+        if metadata.is_dir() {
+            return Err(BundleError::IsADirectory { path: path.to_path_buf() });
+        }
+        let len = metadata.len();
         if len < crate::HEADER_LEN as u64 {
             return Err(BundleError::FileTooSmall { len, min: crate::HEADER_LEN as u64 });
         }
@@ -538,10 +543,12 @@ impl Bundle {
 
     /// An owned copy of the manifest (for `inspect --json` and tooling).
     pub fn to_manifest(&self) -> Result<Manifest> {
-        rkyv::deserialize::<Manifest, rkyv::rancor::Error>(self.manifest()).map_err(|e| BundleError::ManifestInvalid {
-            offset: self.header.manifest_offset,
-            length: self.header.manifest_len,
-            detail: e.to_string(),
+        rkyv::deserialize::<Manifest, rkyv::rancor::BoxedError>(self.manifest()).map_err(|e| {
+            BundleError::ManifestInvalid {
+                offset: self.header.manifest_offset,
+                length: self.header.manifest_len,
+                detail: e.to_string(),
+            }
         })
     }
 

@@ -5,11 +5,10 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use tempfile::NamedTempFile;
-
 use crate::error::{BundleError, RegionName, Result};
 use crate::header::Header;
 use crate::manifest::{Extension, KeyValue, Manifest, ModelInfo, Provenance, Quantization, SectionEntry, TensorEntry};
+use crate::temp::TempBundleFile;
 use crate::{ALIGNMENT, Dtype, LAYOUT_ROW_MAJOR, MAX_DIMS, kinds};
 
 /// Bytes copied per read from a data source: large enough for blake3's SIMD
@@ -132,7 +131,7 @@ pub struct WrittenBundle {
 /// # Ok(()) }
 /// ```
 pub struct BundleWriter {
-    file: NamedTempFile,
+    file: TempBundleFile,
     target: PathBuf,
     /// Where the next byte goes (the file length).
     position: u64,
@@ -153,7 +152,7 @@ impl std::fmt::Debug for BundleWriter {
 }
 
 fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BundleError + 'a {
-    move |source| BundleError::Io { action, path: path.to_path_buf(), source }
+    move |cause| BundleError::Io { action, path: path.to_path_buf(), cause }
 }
 
 /// The next multiple of [`ALIGNMENT`] at or after `position`.
@@ -180,7 +179,7 @@ impl BundleWriter {
             use std::os::unix::fs::PermissionsExt;
             builder.permissions(std::fs::Permissions::from_mode(0o644));
         }
-        let file = builder.tempfile_in(&dir).map_err(io_error("creating a temporary file in", &dir))?;
+        let file = TempBundleFile::create(&builder, &dir).map_err(io_error("creating a temporary file in", &dir))?;
         let mut writer = BundleWriter {
             file,
             target,
@@ -379,9 +378,12 @@ impl BundleWriter {
     /// Truncates the file back to `start` after a failed region, keeping the writer usable.
     fn roll_back(&mut self, start: u64, error: BundleError) -> BundleError {
         let path = self.file.path().to_path_buf();
-        let file = self.file.as_file_mut();
-        if let Err(source) = file.set_len(start).and_then(|()| file.seek(SeekFrom::Start(start)).map(|_| ())) {
-            return BundleError::Io { action: "rolling back a failed write in", path, source };
+        let rolled_back = self
+            .file
+            .as_file_mut()
+            .and_then(|file| file.set_len(start).and_then(|()| file.seek(SeekFrom::Start(start)).map(|_| ())));
+        if let Err(cause) = rolled_back {
+            return BundleError::Io { action: "rolling back a failed write in", path, cause };
         }
         self.position = start;
         error
@@ -407,7 +409,7 @@ impl BundleWriter {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(BundleError::Source { region: region.clone(), source }),
+                Err(cause) => return Err(BundleError::Source { region: region.clone(), cause }),
             };
             copied += n as u64;
             if let Some(len) = expected.filter(|&len| copied > len) {
@@ -443,7 +445,16 @@ impl BundleWriter {
 
     /// Checks the manifest, appends it, writes the header, fsyncs and renames
     /// the file into place (then fsyncs the directory).
-    pub fn finish(mut self) -> Result<WrittenBundle> {
+    pub fn finish(self) -> Result<WrittenBundle> {
+        self.seal()?.persist()
+    }
+
+    /// Checks the manifest, appends it, writes the header and fsyncs, but
+    /// leaves the file under its temporary name: the caller can open and
+    /// check the complete bundle ([`SealedBundle::temporary_path`]) before
+    /// [`SealedBundle::persist`] renames it. Dropping the sealed bundle
+    /// removes the file.
+    pub fn seal(mut self) -> Result<SealedBundle> {
         self.check_quantization_references()?;
         let manifest_bytes = encode_manifest(&self.manifest)?;
         let manifest_offset = align_up(self.position);
@@ -452,27 +463,43 @@ impl BundleWriter {
         self.file.write_all(&manifest_bytes).map_err(io_error("writing", &tmp_path))?;
         let header =
             Header::new(manifest_offset, manifest_bytes.len() as u64, *blake3::hash(&manifest_bytes).as_bytes());
-        let file = self.file.as_file_mut();
+        let file = self.file.as_file_mut().map_err(io_error("writing", &tmp_path))?;
         file.seek(SeekFrom::Start(0)).map_err(io_error("seeking in", &tmp_path))?;
         file.write_all(&header.to_bytes()).map_err(io_error("writing", &tmp_path))?;
         file.sync_all().map_err(io_error("syncing", &tmp_path))?;
-        let target = self.target.clone();
-        self.file.persist(&target).map_err(|e| BundleError::Io {
-            action: "renaming the finished bundle to",
-            path: target.clone(),
-            source: e.error,
-        })?;
-        sync_parent_dir(&target)?;
-        Ok(WrittenBundle {
-            path: target,
+        let written = WrittenBundle {
+            path: self.target.clone(),
             root_hash: header.root_hash,
             file_len: header.file_len,
             tensor_count: self.manifest.tensors.len(),
             section_count: self.manifest.sections.len(),
-        })
+        };
+        Ok(SealedBundle { file: self.file, written })
     }
 }
 
+/// A complete bundle still under its temporary name (from
+/// [`BundleWriter::seal`]); removed on drop unless persisted.
+#[derive(Debug)]
+pub struct SealedBundle {
+    file: TempBundleFile,
+    written: WrittenBundle,
+}
+
+impl SealedBundle {
+    /// Where the complete bundle is now, under its temporary name.
+    pub fn temporary_path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Renames the bundle to its final name and fsyncs the directory.
+    pub fn persist(self) -> Result<WrittenBundle> {
+        let target = self.written.path.clone();
+        self.file.persist(&target)?;
+        sync_parent_dir(&target)?;
+        Ok(self.written)
+    }
+}
 /// Adapts an iterator of byte chunks to [`Read`].
 struct ChunkReader<I: Iterator> {
     chunks: I,
@@ -509,7 +536,7 @@ where
 
 /// Serializes a manifest into its archived bytes (the manifest region).
 pub fn encode_manifest(manifest: &Manifest) -> Result<rkyv::util::AlignedVec> {
-    rkyv::to_bytes::<rkyv::rancor::Error>(manifest).map_err(|e| BundleError::Serialize { detail: e.to_string() })
+    rkyv::to_bytes::<rkyv::rancor::BoxedError>(manifest).map_err(|e| BundleError::Serialize { detail: e.to_string() })
 }
 
 /// Makes the rename durable: fsync the directory that holds `path`.

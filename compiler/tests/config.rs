@@ -7,64 +7,12 @@ mod common;
 
 use std::path::Path;
 
-use common::{GgufWriter, TempDir, Val, f32_bytes};
+use common::{TempDir, Val, llama_config, llama_dir, llama_gguf, llama_gguf_with};
 use mlxcel_arch::{ModelConfig, config::CONFIG_VERSION};
 use mlxcel_bundle::Bundle;
 use mlxcel_compiler::compile::{CompileOptions, compile};
 use mlxcel_compiler::ingest::{IngestError, SourceModel};
-use safetensors::tensor::TensorView;
 use serde_json::json;
-
-fn llama_config() -> serde_json::Value {
-    json!({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-        "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "vocab_size": 8, "rms_norm_eps": 1e-5
-    })
-}
-
-/// A one-layer Llama directory: `config` and every tensor (f32, small
-/// values), with a tokenizer; `lm_head` when `head`.
-fn llama_dir(dir: &Path, config: &serde_json::Value, head: bool) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let mut shapes: Vec<(String, Vec<usize>)> =
-        vec![("model.embed_tokens.weight".into(), vec![8, 64]), ("model.norm.weight".into(), vec![64])];
-    for (t, s) in [
-        ("input_layernorm.weight", vec![64]),
-        ("post_attention_layernorm.weight", vec![64]),
-        ("self_attn.q_proj.weight", vec![64, 64]),
-        ("self_attn.k_proj.weight", vec![32, 64]),
-        ("self_attn.v_proj.weight", vec![32, 64]),
-        ("self_attn.o_proj.weight", vec![64, 64]),
-        ("mlp.gate_proj.weight", vec![128, 64]),
-        ("mlp.up_proj.weight", vec![128, 64]),
-        ("mlp.down_proj.weight", vec![64, 128]),
-    ] {
-        shapes.push((format!("model.layers.0.{t}"), s));
-    }
-    if head {
-        shapes.push(("lm_head.weight".into(), vec![8, 64]));
-    }
-    let data: Vec<Vec<u8>> = shapes
-        .iter()
-        .map(|(_, s)| f32_bytes(&(0..s.iter().product::<usize>()).map(|i| (i % 7) as f32 * 0.01).collect::<Vec<_>>()))
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = shapes
-        .iter()
-        .zip(&data)
-        .map(|((n, s), d)| (n.clone(), TensorView::new(safetensors::Dtype::F32, s.clone(), d).unwrap()))
-        .collect();
-    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
-    let vocab: serde_json::Map<String, serde_json::Value> =
-        ["a", "b", "c", "d", "e", "f", "g", "h"].iter().enumerate().map(|(i, t)| (t.to_string(), json!(i))).collect();
-    let tokenizer = json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
-        "pre_tokenizer": null, "post_processor": null, "decoder": null,
-        "model": {"type": "BPE", "vocab": vocab, "merges": []}
-    });
-    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
-}
 
 /// The error of opening `dir` with `config`, whose weights are garbage: the
 /// config must be refused before they are read.
@@ -90,6 +38,12 @@ fn hugging_face_values_the_runtime_cannot_honour_are_refused_by_file_key_and_val
         ("rope_theta", json!(0.0), "config key rope_theta: must be a positive finite number, found 0"),
         ("rms_norm_eps", json!(0.0), "config key rms_norm_eps: must be a positive finite number, found 0"),
         ("hidden_size", json!(0), "config key hidden_size: must be positive, found 0"),
+        (
+            "rope_theta",
+            json!(1e300),
+            "config key rope_theta: 1e300 does not fit the 32-bit float the runtime computes with",
+        ),
+        ("rms_norm_eps", json!(-1e-5), "config key rms_norm_eps: must be a positive finite number, found -0.00001"),
         ("num_hidden_layers", json!(-2), "config key num_hidden_layers: must be a non-negative integer, found -2"),
         (
             "rope_scaling",
@@ -101,25 +55,6 @@ fn hugging_face_values_the_runtime_cannot_honour_are_refused_by_file_key_and_val
         config[key] = value;
         assert_eq!(refused(tmp.path(), &config), format!("{file}: {message}"), "{key}");
     }
-}
-
-/// A one-layer Llama GGUF whose epsilon is `eps` (f32 metadata).
-fn llama_gguf(path: &Path, eps: f32) {
-    let tokens: Vec<Val<'_>> = ["<unk>", "<s>", "</s>", "a"].iter().map(|t| Val::Str(t)).collect();
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", Val::Str("llama"))
-        .kv("llama.embedding_length", Val::U32(64))
-        .kv("llama.feed_forward_length", Val::U32(128))
-        .kv("llama.block_count", Val::U32(1))
-        .kv("llama.attention.head_count", Val::U32(2))
-        .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(eps))
-        .kv("tokenizer.ggml.model", Val::Str("llama"))
-        .kv("tokenizer.ggml.tokens", Val::Arr(8, tokens))
-        .kv("tokenizer.ggml.scores", Val::Arr(6, (0..4).map(|i| Val::F32(-(i as f32))).collect()))
-        .kv("tokenizer.ggml.token_type", Val::Arr(5, [2, 3, 3, 1].iter().map(|&t| Val::I32(t)).collect()))
-        .tensor("token_embd.weight", &[64, 4], 0, f32_bytes(&[0.5; 64 * 4]))
-        .tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
-    w.write(path);
 }
 
 #[test]
@@ -137,6 +72,29 @@ fn gguf_values_name_the_metadata_key_too_and_nan_is_refused() {
         ),
     ] {
         llama_gguf(&path, eps);
+        let e = SourceModel::open(&path).expect_err("refused");
+        assert_eq!(e.to_string(), format!("{}: {message}", path.display()));
+    }
+    // Finite as f64 but infinite as the f32 the runtime uses: it used to
+    // become JSON null on the way into the config, then the default base.
+    for (key, value, message) in [
+        (
+            "llama.rope.freq_base",
+            Val::F64(1e39),
+            "config key rope_theta (GGUF llama.rope.freq_base): 1e39 does not fit the 32-bit float the runtime computes with",
+        ),
+        (
+            "llama.rope.freq_base",
+            Val::F32(0.0),
+            "config key rope_theta (GGUF llama.rope.freq_base): must be a positive finite number, found 0",
+        ),
+        (
+            "llama.rope.freq_base",
+            Val::F32(f32::INFINITY),
+            "config key rope_theta (GGUF llama.rope.freq_base): must be a finite number, found inf",
+        ),
+    ] {
+        llama_gguf_with(&path, 1e-5, vec![(key, value)]);
         let e = SourceModel::open(&path).expect_err("refused");
         assert_eq!(e.to_string(), format!("{}: {message}", path.display()));
     }

@@ -32,6 +32,26 @@ pub enum Error {
     /// The tokenizer or the chat template could not be loaded or applied.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A tokenizer section of the bundle cannot be loaded (the bundle, not
+    /// the user's input, is at fault).
+    #[error("the bundle's {section} section: {message}")]
+    BundleTokenizer {
+        /// The section's key (`tokenizer.json`, or the compiled tokenizer's).
+        section: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// A token id the bundle's tokenizer or generation defaults can produce
+    /// has no row in the embedding: reading it would read past the table.
+    #[error("{what} {id} is outside the model's vocabulary of {vocab_size} rows (model.embed_tokens)")]
+    TokenIdOutOfRange {
+        /// Which id (`token id`, `eos_token_id`, `bos_token_id`).
+        what: &'static str,
+        /// The id.
+        id: u64,
+        /// The embedding's rows (`vocab_size`).
+        vocab_size: usize,
+    },
     /// The chat template failed to render.
     #[error("chat template: {0}")]
     ChatTemplate(String),

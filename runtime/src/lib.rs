@@ -9,12 +9,15 @@
 //! - [`sampler`], [`tokenizer`], [`chat`], [`generate`]: sampling, streaming
 //!   detokenization, chat templates, and generation as tokens
 //!   ([`generate::TokenGenerator`]) and as text ([`generate::TextStream`]);
+//! - [`check`]: the whole-bundle check the compiler runs before renaming
+//!   its output (what [`loader::load`] checks, without computing);
 //! - [`engine`]: the model on a thread of its own behind a `Send + Sync`
 //!   handle, batching requests continuously (what `mlxcel run` and the
 //!   server drive).
 
 pub mod backend;
 pub mod chat;
+pub mod check;
 pub mod engine;
 mod error;
 pub mod generate;

@@ -44,23 +44,48 @@ pub struct GenerationDefaults {
 }
 
 impl GenerationDefaults {
-    /// Parses the bundle's generation defaults JSON.
+    /// Parses the bundle's generation defaults JSON. A token id that does
+    /// not fit 32 bits, or a sampling value no sampler accepts, is an error
+    /// naming the key: the values come from the bundle, not from the user.
     pub fn from_json(text: &str) -> Result<GenerationDefaults> {
+        let bad = |key: &str, message: String| Error::Bundle(format!("generation defaults: {key}: {message}"));
         let v: Value = serde_json::from_str(text).map_err(|e| Error::Bundle(format!("generation defaults: {e}")))?;
-        let ids = |key: &str| -> Vec<u32> {
+        let id = |key: &str, x: &Value| -> Result<u32> {
+            x.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| bad(key, format!("{x} is not a token id (a non-negative 32-bit integer)")))
+        };
+        let ids = |key: &str| -> Result<Vec<u32>> {
             match v.get(key) {
-                Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-                Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect(),
-                _ => Vec::new(),
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::Array(a)) => a.iter().map(|x| id(key, x)).collect(),
+                Some(x) => Ok(vec![id(key, x)?]),
             }
         };
-        let num = |key: &str| v.get(key).and_then(Value::as_f64);
+        let num = |key: &str| -> Result<Option<f64>> {
+            match v.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => x.as_f64().map(Some).ok_or_else(|| bad(key, format!("{x} is not a number"))),
+            }
+        };
+        let temperature = num("temperature")?;
+        if let Some(t) = temperature.filter(|t| !(t.is_finite() && *t >= 0.0 && *t <= f32::MAX as f64)) {
+            return Err(bad("temperature", format!("{t} is not a finite non-negative number")));
+        }
+        let top_p = num("top_p")?;
+        if let Some(p) = top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+            return Err(bad("top_p", format!("{p} is not in (0, 1]")));
+        }
+        let top_k = num("top_k")?;
+        if let Some(k) = top_k.filter(|k| !(k.fract() == 0.0 && *k >= 0.0 && *k <= u32::MAX as f64)) {
+            return Err(bad("top_k", format!("{k} is not a non-negative integer")));
+        }
         Ok(GenerationDefaults {
-            eos_token_ids: ids("eos_token_id"),
-            bos_token_id: ids("bos_token_id").first().copied(),
-            temperature: num("temperature").map(|x| x as f32),
-            top_p: num("top_p").map(|x| x as f32),
-            top_k: num("top_k").map(|x| x as usize),
+            eos_token_ids: ids("eos_token_id")?,
+            bos_token_id: ids("bos_token_id")?.first().copied(),
+            temperature: temperature.map(|x| x as f32),
+            top_p: top_p.map(|x| x as f32),
+            top_k: top_k.map(|x| x as usize),
         })
     }
 }
@@ -164,6 +189,40 @@ pub fn weights_from_bundle(bundle: &Bundle, compute_dtype: Dtype) -> Result<(Wei
 pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
     let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
+    let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
+    let parts = build_parts(&bundle, compute, false)?;
+    let backend = MlxBackend::new(parts.model, options.backend.clone())?;
+    Ok(LoadedModel {
+        backend,
+        tokenizer: parts.tokenizer,
+        chat_template: parts.chat_template,
+        defaults: parts.defaults,
+        name: bundle.model_name().to_string(),
+        config: parts.config,
+        architecture: parts.architecture,
+        weight_bytes: parts.weight_bytes,
+        load_time: start.elapsed(),
+    })
+}
+
+/// Everything [`load`] builds from a bundle but the backend: what
+/// [`crate::check::check_bundle`] builds too, so that a bundle the check
+/// accepts is one `load` accepts.
+pub(crate) struct Parts {
+    pub(crate) model: Box<dyn models::LanguageModel>,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) chat_template: Option<ChatTemplate>,
+    pub(crate) defaults: GenerationDefaults,
+    pub(crate) config: ModelConfig,
+    pub(crate) architecture: String,
+    pub(crate) weight_bytes: u64,
+}
+
+/// Builds the model, tokenizer, chat template and defaults of `bundle`, and
+/// checks every token id they can produce against the embedding's rows.
+/// With `validate_only`, weights derived in another dtype are described but
+/// never computed (see [`Weights::validate_only`]).
+pub(crate) fn build_parts(bundle: &Bundle, compute: Dtype, validate_only: bool) -> Result<Parts> {
     let architecture = bundle.architecture().to_string();
     // Refuse an unknown architecture before loading any weight.
     if Architecture::from_name(&architecture).is_none() {
@@ -175,56 +234,67 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
         None => GenerationDefaults::default(),
     };
     let tokenizer_json =
-        bundle.tokenizer_json().ok_or_else(|| Error::Bundle("the bundle has no tokenizer section".into()))?;
+        bundle.tokenizer_json().ok_or_else(|| Error::Bundle("the bundle has no tokenizer.json section".into()))?;
     // Borrowed from the map, like the weights: Gemma 3's section is 28 MB.
     let compiled_tokenizer = bundle.shared_section(kinds::TOKENIZER, kinds::TOKENIZER_COMPILED_KEY, "");
-    // The tokenizer loads while the weights are copied.
+    // The tokenizer loads while the weights are wrapped.
     let (tokenizer, model_parts) = std::thread::scope(|s| {
         let eos = defaults.eos_token_ids.clone();
         let bos = defaults.bos_token_id;
         let tok = s.spawn(move || load_tokenizer(compiled_tokenizer, tokenizer_json, eos, bos));
-        let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
-        let built = weights_from_bundle(&bundle, compute).and_then(|(w, bytes)| {
+        let built = weights_from_bundle(bundle, compute).and_then(|(mut w, bytes)| {
+            if validate_only {
+                w.set_validate_only();
+            }
             let model = models::build(&config, &w)?;
             Ok((model, bytes))
         });
         let tok = tok.join().unwrap_or_else(|_| Err(Error::Tokenizer("the tokenizer thread panicked".into())));
         (tok, built)
     });
-    let tokenizer = tokenizer?;
+    let (tokenizer, max_id) = tokenizer?;
     let (model, weight_bytes) = model_parts?;
+    crate::check::token_ids_fit(max_id, &defaults, config.vocab_size)?;
     let chat_template = bundle.chat_template().map(ChatTemplate::new).transpose()?;
-    let backend = MlxBackend::new(model, options.backend.clone())?;
-    Ok(LoadedModel {
-        backend,
-        tokenizer,
-        chat_template,
-        defaults,
-        name: bundle.model_name().to_string(),
-        config,
-        architecture,
-        weight_bytes,
-        load_time: start.elapsed(),
-    })
+    Ok(Parts { model, tokenizer, chat_template, defaults, config, architecture, weight_bytes })
 }
 
 /// The bundle's compiled tokenizer when it has one this build reads, else
-/// `tokenizer.json` through `tokenizers` (a hundred milliseconds to a second).
+/// `tokenizer.json` through `tokenizers` (a hundred milliseconds to a
+/// second); with the largest token id it can produce. Errors say they come
+/// from the bundle's section.
 fn load_tokenizer(
     compiled: Option<impl AsRef<[u8]> + Send + Sync + 'static>,
     json: &[u8],
     eos: Vec<u32>,
     bos: Option<u32>,
-) -> Result<Tokenizer> {
+) -> Result<(Tokenizer, Option<u32>)> {
+    let from_section = |section: &'static str| {
+        move |e: &dyn std::fmt::Display| Error::BundleTokenizer { section, message: e.to_string() }
+    };
     if let Some(section) = compiled {
         match Tokenizer::from_compiled(section, eos.clone(), bos) {
-            Ok(t) => return Ok(t),
+            // The compiled layout's id table spans every id it can produce.
+            Ok(t) => {
+                let max = t.vocab_size().checked_sub(1).map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+                return Ok((t, max));
+            }
             // A newer compiler's layout: tokenizer.json still says the same.
             Err(mlxcel_tokenizer::TokenizerError::UnsupportedVersion { .. }) => {}
-            Err(e) => return Err(Error::Tokenizer(e.to_string())),
+            Err(e) => return Err(from_section(kinds::TOKENIZER_COMPILED_KEY)(&e)),
         }
     }
-    Tokenizer::from_json(json, eos, bos)
+    let json_error = from_section("tokenizer.json");
+    // `tokenizers` counts a vocabulary's entries, not its largest id: read
+    // the ids themselves (sparse ids are legal JSON).
+    let reference = tokenizers::Tokenizer::from_bytes(json).map_err(|e| json_error(&e))?;
+    let max = reference.get_vocab(true).into_values().max();
+    drop(reference);
+    let tokenizer = Tokenizer::from_json(json, eos, bos).map_err(|e| match e {
+        Error::Tokenizer(message) => json_error(&message),
+        other => other,
+    })?;
+    Ok((tokenizer, max))
 }
 
 /// The dtype activations use by default on the current device.

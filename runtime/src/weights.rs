@@ -39,6 +39,9 @@ pub struct Weights {
     /// Arrays computed from stored tensors (dtype conversions, folded gains),
     /// evaluated together by [`Weights::materialize`].
     derived: RefCell<Vec<Array>>,
+    /// Set by [`Weights::set_validate_only`]: derived arrays are never
+    /// evaluated.
+    validate_only: bool,
 }
 
 impl Weights {
@@ -50,7 +53,18 @@ impl Weights {
             compute_dtype,
             used: RefCell::new(BTreeSet::new()),
             derived: RefCell::new(Vec::new()),
+            validate_only: false,
         }
+    }
+
+    /// Makes this set describe the model without computing anything: the
+    /// names, dtypes and shapes are checked as for a real load, but arrays
+    /// derived from the weights (dtype conversions, folded gains) stay lazy
+    /// and [`Weights::materialize`] evaluates nothing. For a check of a
+    /// whole bundle (a bf16 model on the CPU would otherwise be converted to
+    /// f32, doubling its memory).
+    pub fn set_validate_only(&mut self) {
+        self.validate_only = true;
     }
 
     /// The dtype activations are computed in.
@@ -113,7 +127,9 @@ impl Weights {
     /// Records an array computed from weights, so that it is evaluated at load
     /// rather than at the first token.
     fn derive(&self, a: Array) -> Array {
-        self.derived.borrow_mut().push(a.clone());
+        if !self.validate_only {
+            self.derived.borrow_mut().push(a.clone());
+        }
         a
     }
 

@@ -1,9 +1,10 @@
 //! `mlxcel-compile`: compile a model into a `.mlxb` bundle.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile};
@@ -87,8 +88,20 @@ fn run(args: Args) -> Result<()> {
         Some(repo) => hub::fetch(&repo, !args.quiet)?,
         None => PathBuf::from(&args.model),
     };
-    let source = SourceModel::open(&model_path).with_context(|| format!("reading {}", model_path.display()))?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&model_path));
+    let flag = if args.output.is_some() { "-o/--output" } else { "the default output" };
+    // Before any work: an output that cannot be written, or that would
+    // replace an input, fails now rather than at the final rename.
+    if !args.surgery_dry_run {
+        check_output(flag, &output)?;
+        let inputs = [Some(&model_path), args.surgery.as_ref(), args.chat_template.as_ref()];
+        check_not_an_input(flag, &output, inputs.into_iter().flatten())?;
+    }
+    // SourceModel's errors name the file.
+    let source = SourceModel::open(&model_path)?;
+    if !args.surgery_dry_run {
+        check_not_an_input(flag, &output, source.source_files().iter())?;
+    }
     let surgery = args.surgery.as_deref().map(Surgery::from_file).transpose()?;
     if args.surgery_dry_run {
         let surgery = surgery.as_ref().context("--surgery-dry-run needs --surgery")?;
@@ -124,19 +137,25 @@ fn run(args: Args) -> Result<()> {
         last = p.source_bytes;
         bar.set_message(p.tensor.to_string());
     })
-    .with_context(|| format!("compiling {} into {}", model_path.display(), output.display()))?;
+    .with_context(|| format!("compiling into {}", output.display()))?;
     bar.inc(last);
     bar.finish_and_clear();
 
     if args.report {
-        println!("{:<56} {:>10} {:>10} {:>11} {:>10}", "tensor", "source", "stored", "bytes", "rel. RMS");
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{:<56} {:>10} {:>10} {:>11} {:>10}", "tensor", "source", "stored", "bytes", "rel. RMS")
+            .context(STDOUT)?;
         for t in &report.tensors {
             let err = t.rel_rms_error.map_or("-".to_string(), |e| format!("{e:.2e}"));
-            println!("{:<56} {:>10} {:>10} {:>11} {:>10}", t.name, t.source, t.plan.to_string(), t.bytes, err);
+            writeln!(out, "{:<56} {:>10} {:>10} {:>11} {:>10}", t.name, t.source, t.plan.to_string(), t.bytes, err)
+                .context(STDOUT)?;
         }
+        out.flush().context(STDOUT)?;
     }
     let count = |f: fn(&TensorPlan) -> bool| report.tensors.iter().filter(|t| f(&t.plan)).count();
-    eprintln!(
+    // A closed stderr is no reason to fail a compile that succeeded.
+    let _ = writeln!(
+        std::io::stderr(),
         "wrote {} ({:.1} MB, {} tensors: {} kept, {} quantized, {} float) in {:.2} s; root hash {}",
         report.written.path.display(),
         report.written.file_len as f64 / 1e6,
@@ -147,7 +166,79 @@ fn run(args: Args) -> Result<()> {
         report.elapsed.as_secs_f64(),
         mlxcel_bundle::hex(&report.written.root_hash),
     );
-    eprintln!("tokenizer: {}", report.tokenizer);
+    let _ = writeln!(std::io::stderr(), "tokenizer: {}", report.tokenizer);
+    Ok(())
+}
+
+/// The context of a failed write to standard output.
+const STDOUT: &str = "writing to standard output";
+
+/// Refuses an output that is a directory or whose directory cannot take a
+/// new file, naming `flag`: checked before any work, so a compile never
+/// fails at its final rename.
+fn check_output(flag: &str, output: &Path) -> Result<()> {
+    if output.is_dir() {
+        bail!("{flag} {}: is a directory; give the bundle's file name", output.display());
+    }
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!("{flag} {}: the directory {} does not exist", output.display(), dir.display());
+    }
+    // The bundle is written to a temporary file beside the output: make one.
+    let probe = dir.join(format!(".mlxcel-compile-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .with_context(|| format!("{flag} {}: cannot create a file in {}", output.display(), dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Refuses an output that is one of `inputs` (the same file under any name:
+/// same device and inode), naming `flag`.
+fn check_not_an_input<'a>(flag: &str, output: &Path, inputs: impl Iterator<Item = &'a PathBuf>) -> Result<()> {
+    let Ok(out) = std::fs::metadata(output) else { return Ok(()) };
+    for input in inputs {
+        if std::fs::metadata(input).is_ok_and(|m| same_file(&m, &out)) {
+            bail!("{flag} {}: is the input {}; the bundle would replace it", output.display(), input.display());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
+    false
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: remove the bundle being written (`Drop`
+/// does not run when a signal ends the process) and exit with 128 + the
+/// signal's number, as a shell reports a process the signal killed.
+fn remove_partial_bundle_on_signals() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing the signal handlers")?;
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            let removed = mlxcel_bundle::remove_temporary_files();
+            let name = signal_hook::low_level::signal_name(signal).unwrap_or("a signal");
+            let what = if removed > 0 { "; the partial bundle was removed" } else { "" };
+            let _ = writeln!(std::io::stderr(), "\nmlxcel-compile: interrupted by {name}{what}");
+            // `_exit`: no atexit handlers, so no C++ static destructor of
+            // MLX runs while the main thread is still computing with it.
+            signal_hook::low_level::exit(128 + signal);
+        }
+    });
     Ok(())
 }
 
@@ -157,30 +248,46 @@ fn dry_run(source: &SourceModel, surgery: &Surgery) -> Result<()> {
     let tensors: Vec<ModelTensor> =
         source.tensors().iter().map(|t| ModelTensor { name: t.name.clone(), shape: t.shape.clone() }).collect();
     let plan = surgery.plan(ModelView { config, tensors: &tensors })?;
+    let mut out = std::io::stdout().lock();
     for (i, op) in plan.operations.iter().enumerate() {
-        println!("#{} {} ({} tensors)", i + 1, op.description, op.matched.len());
+        writeln!(out, "#{} {} ({} tensors)", i + 1, op.description, op.matched.len()).context(STDOUT)?;
         for name in &op.matched {
-            println!("    {name}");
+            writeln!(out, "    {name}").context(STDOUT)?;
         }
     }
     let as_json = |c: &mlxcel_compiler::ingest::ModelConfig| serde_json::to_value(c).unwrap_or_default();
     if let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (as_json(config), as_json(&plan.config)) {
         for (k, v) in &new {
             if old.get(k) != Some(v) {
-                println!("config {k}: {} -> {v}", old.get(k).map_or("(unset)".to_string(), |o| o.to_string()));
+                let old = old.get(k).map_or("(unset)".to_string(), |o| o.to_string());
+                writeln!(out, "config {k}: {old} -> {v}").context(STDOUT)?;
             }
         }
     }
-    println!("{} tensors out, {} removed; nothing written (dry run)", plan.outputs.len(), plan.removed.len());
+    writeln!(out, "{} tensors out, {} removed; nothing written (dry run)", plan.outputs.len(), plan.removed.len())
+        .context(STDOUT)?;
+    out.flush().context(STDOUT)?;
     Ok(())
+}
+
+/// Whether `e` is a write to a closed pipe (`mlxcel-compile --report | head`).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Err(e) = remove_partial_bundle_on_signals() {
+        let _ = writeln!(std::io::stderr(), "error: {e:#}");
+        return ExitCode::FAILURE;
+    }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader has gone: nobody to tell; 141 is what a shell shows for
+        // a process SIGPIPE ended.
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(141),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -30,16 +30,25 @@ pub enum CompileError {
     /// Reading the source model failed.
     #[error(transparent)]
     Ingest(#[from] crate::ingest::IngestError),
-    /// Writing the bundle failed.
-    #[error("writing the bundle: {0}")]
+    /// Writing the bundle failed (the error names the file).
+    #[error(transparent)]
     Bundle(#[from] mlxcel_bundle::BundleError),
+    /// The finished bundle is one the runtime would refuse (the self-check
+    /// before the rename); nothing is left under the output's name.
+    #[error("{}: the compiled bundle would not load: {error}", source_path.display())]
+    Check {
+        /// The source model.
+        source_path: PathBuf,
+        /// What the runtime's loader said.
+        error: mlxcel_runtime::Error,
+    },
     /// An MLX operation (quantization) failed on a tensor.
-    #[error("tensor {tensor}: {source}")]
+    #[error("tensor {tensor}: {cause}")]
     Mlx {
         /// The tensor being processed.
         tensor: String,
-        /// MLX's error.
-        source: mlxcel_mlx::Error,
+        /// MLX's error (in the message, not `source()`).
+        cause: mlxcel_mlx::Error,
     },
     /// The options cannot be applied to this model.
     #[error("{0}")]
@@ -48,12 +57,12 @@ pub enum CompileError {
     #[error(transparent)]
     Surgery(#[from] mlxcel_surgery::SurgeryError),
     /// Reading a source file for its digest failed.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, not `source()`).
+        cause: std::io::Error,
     },
 }
 

@@ -179,7 +179,7 @@ impl<'a> Compilation<'a> {
     fn tensor(&self, w: &mut BundleWriter, job: &Job<'_>, surgery: Option<&Plan>) -> Result<TensorReport> {
         let (source, report) = (self.source, self.options.report);
         let info = job.info;
-        let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), source: e };
+        let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), cause: e };
         // A tensor a surgery edits is computed whole, on MLX; an edit that
         // leaves it unchanged (scale by 1, add zeros) keeps its stored form.
         let edited = match (job.edits, surgery) {
@@ -292,7 +292,12 @@ impl<'a> Compilation<'a> {
             Ok(Err(e)) => TokenizerReport::JsonOnly { reason: e.to_string() },
             Err(_) => TokenizerReport::JsonOnly { reason: "the tokenizer compiler panicked".into() },
         };
-        Ok((w.finish()?, report))
+        // The runtime's view of the finished file, before it gets its name:
+        // compile accepts only what `run` can load.
+        let sealed = w.seal()?;
+        mlxcel_runtime::check::check_bundle(sealed.temporary_path())
+            .map_err(|error| CompileError::Check { source_path: self.source.path().to_path_buf(), error })?;
+        Ok((sealed.persist()?, report))
     }
 }
 
@@ -304,7 +309,7 @@ fn default_name(path: &Path) -> String {
 
 /// blake3 of a file, streamed.
 fn file_digest(path: &Path) -> Result<(u64, String)> {
-    let io = |source| CompileError::Io { path: path.to_path_buf(), source };
+    let io = |cause| CompileError::Io { path: path.to_path_buf(), cause };
     let mut f = std::fs::File::open(path).map_err(io)?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];

@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
     /// The file or directory could not be opened or read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
+        /// The operating system's error (in the message, not `source()`:
+        /// a chain states each cause once).
+        cause: std::io::Error,
     },
     /// A file the source needs is not there.
     #[error("{}: missing {what}", path.display())]
@@ -77,6 +78,17 @@ pub enum IngestError {
         /// The supported architectures.
         supported: String,
     },
+    /// `model.safetensors.index.json` names a shard outside the model's
+    /// directory (`..`, an absolute path, a symbolic link leading out).
+    #[error("{}: weight_map names the shard {shard:?}, which {reason}", index.display())]
+    ShardPath {
+        /// The index file.
+        index: PathBuf,
+        /// The shard as the index spells it.
+        shard: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// The configuration is missing a key or has a bad value.
     #[error("{}: config: {message}", path.display())]
     Config {
@@ -88,12 +100,12 @@ pub enum IngestError {
     /// The configuration has a value the runtime cannot honour, or lacks one
     /// it needs: refused at compile time, naming the file, the key and the
     /// value (for GGUF also the metadata key it came from).
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     InvalidConfig {
         /// The config file (or GGUF).
         path: PathBuf,
-        /// The key and what is wrong with it.
-        source: mlxcel_arch::ConfigError,
+        /// The key and what is wrong with it (in the message, not `source()`).
+        cause: mlxcel_arch::ConfigError,
     },
     /// The tokenizer could not be read or converted.
     #[error("{}: tokenizer: {message}", path.display())]
@@ -112,14 +124,14 @@ pub enum IngestError {
         name: String,
     },
     /// MLX refused an operation on a tensor.
-    #[error("{}: tensor {tensor}: {source}", path.display())]
+    #[error("{}: tensor {tensor}: {cause}", path.display())]
     Mlx {
         /// The file holding the tensor.
         path: PathBuf,
         /// The tensor's name.
         tensor: String,
-        /// MLX's error.
-        source: mlxcel_mlx::Error,
+        /// MLX's error (in the message, not `source()`).
+        cause: mlxcel_mlx::Error,
     },
 }
 
@@ -127,8 +139,8 @@ pub enum IngestError {
 pub type Result<T> = std::result::Result<T, IngestError>;
 
 impl IngestError {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        IngestError::Io { path: path.to_path_buf(), source }
+    pub(crate) fn io(path: &Path, cause: std::io::Error) -> Self {
+        IngestError::Io { path: path.to_path_buf(), cause }
     }
 
     pub(crate) fn corrupt(path: &Path, offset: u64, message: impl Into<String>) -> Self {
@@ -143,8 +155,8 @@ impl IngestError {
         IngestError::Config { path: path.to_path_buf(), message: message.into() }
     }
 
-    pub(crate) fn invalid_config(path: &Path, source: mlxcel_arch::ConfigError) -> Self {
-        IngestError::InvalidConfig { path: path.to_path_buf(), source }
+    pub(crate) fn invalid_config(path: &Path, cause: mlxcel_arch::ConfigError) -> Self {
+        IngestError::InvalidConfig { path: path.to_path_buf(), cause }
     }
 
     pub(crate) fn tokenizer(path: &Path, message: impl Into<String>) -> Self {

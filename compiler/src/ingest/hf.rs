@@ -316,8 +316,15 @@ impl SafetensorsSource {
             let map = index.get("weight_map").and_then(Value::as_object).ok_or_else(|| {
                 IngestError::corrupt(&index_path, 0, "model.safetensors.index.json has no weight_map object")
             })?;
-            let names: BTreeSet<&str> = map.values().filter_map(Value::as_str).collect();
-            names.into_iter().map(|n| dir.join(n)).collect()
+            let names = map
+                .iter()
+                .map(|(tensor, v)| {
+                    v.as_str().ok_or_else(|| {
+                        IngestError::config(&index_path, format!("weight_map.{tensor}: {v} is not a file name"))
+                    })
+                })
+                .collect::<Result<BTreeSet<&str>>>()?;
+            names.into_iter().map(|n| shard_path(dir, &index_path, n)).collect::<Result<Vec<PathBuf>>>()?
         } else if dir.join("model.safetensors").is_file() {
             vec![dir.join("model.safetensors")]
         } else {
@@ -585,7 +592,7 @@ impl SafetensorsSource {
         match self.load(info)? {
             TensorData::Float(f) => Ok(f),
             TensorData::Affine(a) => {
-                let mlx = |source| IngestError::Mlx { path: info.file.clone(), tensor: info.name.clone(), source };
+                let mlx = |cause| IngestError::Mlx { path: info.file.clone(), tensor: info.name.clone(), cause };
                 let w = a.to_quantized().and_then(|q| q.dequantize(None)).map_err(mlx)?;
                 let bytes = w.to_bytes().map_err(mlx)?;
                 Ok(FloatTensor { dtype: a.scales.dtype, shape: a.shape.clone(), data: Cow::Owned(bytes) })
@@ -640,5 +647,38 @@ impl SafetensorsSource {
             add_eos_token: tc.get("add_eos_token").and_then(Value::as_bool).unwrap_or(false),
             generation_config: gen_config,
         })
+    }
+}
+
+/// The path of a shard `name` that `index` lists: a file name relative to
+/// the model directory `dir`, which must stay inside it (an index naming
+/// `../../etc/passwd` or `/etc/passwd` is refused). A symbolic link may lead
+/// only inside `dir`, or, in the Hugging Face cache's layout
+/// (`<repo>/snapshots/<revision>/` linking to `<repo>/blobs/`), into the
+/// repository's `blobs`.
+fn shard_path(dir: &Path, index: &Path, name: &str) -> Result<PathBuf> {
+    use std::path::Component;
+    let refuse = |reason: &str| IngestError::ShardPath {
+        index: index.to_path_buf(),
+        shard: name.to_string(),
+        reason: reason.to_string(),
+    };
+    let relative = Path::new(name);
+    if name.is_empty() || !relative.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(refuse("is not a plain path inside the model directory (no `..`, no absolute path)"));
+    }
+    let path = dir.join(relative);
+    // A missing shard is reported where the shards are opened.
+    let Ok(real) = path.canonicalize() else { return Ok(path) };
+    let real_dir = dir.canonicalize().map_err(|e| IngestError::io(dir, e))?;
+    let blobs = real_dir
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "snapshots"))
+        .and_then(Path::parent)
+        .map(|repo| repo.join("blobs"));
+    if real.starts_with(&real_dir) || blobs.is_some_and(|b| real.starts_with(b)) {
+        Ok(path)
+    } else {
+        Err(refuse(&format!("leads outside the model directory (to {})", real.display())))
     }
 }

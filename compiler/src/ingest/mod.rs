@@ -34,6 +34,7 @@ mod hf;
 mod mmap;
 pub mod shapes;
 pub mod tensor;
+mod token_ids;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -387,18 +388,32 @@ impl SourceModel {
     /// The tokenizer (for GGUF this builds `tokenizer.json` from the
     /// metadata: call it once).
     pub fn tokenizer(&self) -> Result<TokenizerAssets> {
-        match &self.inner {
-            Inner::Gguf(g) => g.tokenizer(),
-            Inner::Safetensors(s) => s.tokenizer(),
+        let assets = match &self.inner {
+            Inner::Gguf(g) => g.tokenizer()?,
+            Inner::Safetensors(s) => s.tokenizer()?,
+        };
+        token_ids::check_tokenizer(&self.file_of("tokenizer.json"), &assets.tokenizer_json, self.config().vocab_size)?;
+        Ok(assets)
+    }
+
+    /// The file a part of the source comes from: the GGUF itself, or the
+    /// directory's file `name`.
+    fn file_of(&self, name: &str) -> PathBuf {
+        match self.inner {
+            Inner::Gguf(_) => self.path.clone(),
+            Inner::Safetensors(_) => self.path.join(name),
         }
     }
 
     /// The generation defaults.
     pub fn generation(&self) -> Result<GenerationDefaults> {
-        match &self.inner {
-            Inner::Gguf(g) => Ok(g.generation()),
-            Inner::Safetensors(s) => s.generation(),
-        }
+        let g = match &self.inner {
+            Inner::Gguf(g) => g.generation(),
+            Inner::Safetensors(s) => s.generation()?,
+        };
+        let file = self.file_of("generation_config.json");
+        token_ids::check_special_ids(&file, g.bos_token_id, &g.eos_token_ids, self.config().vocab_size)?;
+        Ok(g)
     }
 
     /// The files the model was read from (for provenance hashes).

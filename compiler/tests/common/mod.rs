@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mlxcel_bundle::{Bundle, Dtype as BundleDtype, TensorView};
 use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -267,4 +268,85 @@ pub fn float_values(b: &Bundle, name: &str) -> Vec<f32> {
     };
     // -0.0 and +0.0 compare equal as floats but not as bytes; compare floats.
     quantized.dequantize(Some(Dtype::F32)).unwrap().to_vec::<f32>().unwrap()
+}
+
+/// A one-layer Llama's `config.json` (hidden 64, vocabulary 8).
+pub fn llama_config() -> serde_json::Value {
+    json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "vocab_size": 8, "rms_norm_eps": 1e-5
+    })
+}
+
+/// A one-layer Llama directory: `config` and every tensor (f32, small
+/// values), with a tokenizer; `lm_head` when `head`.
+pub fn llama_dir(dir: &Path, config: &serde_json::Value, head: bool) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut shapes: Vec<(String, Vec<usize>)> =
+        vec![("model.embed_tokens.weight".into(), vec![8, 64]), ("model.norm.weight".into(), vec![64])];
+    for (t, s) in [
+        ("input_layernorm.weight", vec![64]),
+        ("post_attention_layernorm.weight", vec![64]),
+        ("self_attn.q_proj.weight", vec![64, 64]),
+        ("self_attn.k_proj.weight", vec![32, 64]),
+        ("self_attn.v_proj.weight", vec![32, 64]),
+        ("self_attn.o_proj.weight", vec![64, 64]),
+        ("mlp.gate_proj.weight", vec![128, 64]),
+        ("mlp.up_proj.weight", vec![128, 64]),
+        ("mlp.down_proj.weight", vec![64, 128]),
+    ] {
+        shapes.push((format!("model.layers.0.{t}"), s));
+    }
+    if head {
+        shapes.push(("lm_head.weight".into(), vec![8, 64]));
+    }
+    let data: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|(_, s)| f32_bytes(&(0..s.iter().product::<usize>()).map(|i| (i % 7) as f32 * 0.01).collect::<Vec<_>>()))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = shapes
+        .iter()
+        .zip(&data)
+        .map(|((n, s), d)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d).unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        ["a", "b", "c", "d", "e", "f", "g", "h"].iter().enumerate().map(|(i, t)| (t.to_string(), json!(i))).collect();
+    let tokenizer = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": null, "post_processor": null, "decoder": null,
+        "model": {"type": "BPE", "vocab": vocab, "merges": []}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+}
+
+/// A one-layer Llama GGUF whose epsilon is `eps` (f32 metadata).
+pub fn llama_gguf(path: &Path, eps: f32) {
+    llama_gguf_with(path, eps, Vec::new());
+}
+
+/// [`llama_gguf`] with `extra` metadata (key, value) as well.
+pub fn llama_gguf_with(path: &Path, eps: f32, extra: Vec<(&str, Val<'_>)>) {
+    let tokens: Vec<Val<'_>> = ["<unk>", "<s>", "</s>", "a"].iter().map(|t| Val::Str(t)).collect();
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Val::Str("llama"))
+        .kv("llama.embedding_length", Val::U32(64))
+        .kv("llama.feed_forward_length", Val::U32(128))
+        .kv("llama.block_count", Val::U32(1))
+        .kv("llama.attention.head_count", Val::U32(2))
+        .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(eps))
+        .kv("tokenizer.ggml.model", Val::Str("llama"))
+        .kv("tokenizer.ggml.tokens", Val::Arr(8, tokens))
+        .kv("tokenizer.ggml.scores", Val::Arr(6, (0..4).map(|i| Val::F32(-(i as f32))).collect()))
+        .kv("tokenizer.ggml.token_type", Val::Arr(5, [2, 3, 3, 1].iter().map(|&t| Val::I32(t)).collect()))
+        .tensor("token_embd.weight", &[64, 4], 0, f32_bytes(&[0.5; 64 * 4]))
+        .tensor("output_norm.weight", &[64], 0, f32_bytes(&[1.0; 64]));
+    for (key, value) in extra {
+        w.kv(key, value);
+    }
+    w.write(path);
 }

@@ -127,9 +127,11 @@ def write_gguf(weights, config, path, qtype):
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen2")
     # gguf-py drops an empty array, and a gpt2 vocabulary needs merges: one
-    # merge into a 257th token, past the model's 256 (never produced by it).
-    w.add_array("tokenizer.ggml.tokens", byte_tokens() + ["ab"])
-    w.add_array("tokenizer.ggml.token_type", [1] * 257)
+    # merge, into token 255. Every id must have an embedding row (the
+    # compiler refuses a tokenizer that can produce id 256 for 256 rows), and
+    # byte 0xFF, token 255's byte, never occurs in UTF-8 text.
+    w.add_array("tokenizer.ggml.tokens", byte_tokens()[:255] + ["ab"])
+    w.add_array("tokenizer.ggml.token_type", [1] * 256)
     w.add_array("tokenizer.ggml.merges", ["a b"])
     w.add_uint32("tokenizer.ggml.eos_token_id", 255)
     for name, t in weights.items():

@@ -146,7 +146,10 @@ impl Meta<'_> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => match v.as_f64() {
-                Some(x) if x.is_finite() => Ok(Some(x)),
+                Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(Some(x)),
+                Some(x) if x.is_finite() => {
+                    Err(self.invalid(key, format!("{x:e} does not fit the 32-bit float the runtime computes with")))
+                }
                 Some(x) => Err(self.invalid(key, format!("must be a finite number, found {x}"))),
                 None => Err(self.invalid(key, format!("must be a number, found {v:?}"))),
             },
@@ -288,11 +291,11 @@ fn rope_scaling(file: &GgufFile, m: &Meta<'_>, c: &mut Map<String, Value>) -> Re
     let factor = match file.get(&key("factor")) {
         None => None,
         Some(v) => match v.as_f64() {
-            Some(f) if f.is_finite() => Some(f),
+            Some(f) if f.is_finite() && (f as f32).is_finite() => Some(f),
             _ => {
                 return Err(m.invalid(
                     "rope_scaling.factor",
-                    format!("{} must be a finite number, found {v:?}", key("factor")),
+                    format!("{} must be a finite 32-bit number, found {v:?}", key("factor")),
                 ));
             }
         },

@@ -1,0 +1,87 @@
+//! The whole-bundle check: build the runtime's view of a bundle (the config
+//! it will use, every tensor the architecture takes with its shape and
+//! dtype, the tokenizer, the chat template, the generation defaults, and
+//! every token id against the embedding's rows) without evaluating
+//! anything. `mlxcel-compile` runs it on the finished temporary file before
+//! renaming it, so that compile accepts only what `run` can run; [`load`]
+//! runs the same steps, so an old or hostile bundle gets the same errors.
+//!
+//! [`load`]: crate::loader::load
+
+use std::path::Path;
+
+use mlxcel_arch::ModelConfig;
+use mlxcel_bundle::Bundle;
+use mlxcel_mlx::Dtype;
+
+use crate::error::{Error, Result};
+use crate::loader::{GenerationDefaults, build_parts};
+
+/// Text every tokenizer must encode and decode: letters, digits,
+/// punctuation, spaces, accented and CJK characters, an emoji.
+pub const SAMPLE_TEXT: &str = "Hello, world! 123 caf\u{e9} \u{4f60}\u{597d} \u{1f600}\n";
+
+/// What a checked bundle holds, for the compiler's report.
+#[derive(Clone, Debug)]
+pub struct CheckedBundle {
+    /// The normalized config the runtime will use.
+    pub config: ModelConfig,
+    /// One more than the largest token id the tokenizer can produce.
+    pub tokenizer_ids: usize,
+    /// Whether the compiled tokenizer (not `tokenizer.json`) loaded.
+    pub compiled_tokenizer: bool,
+    /// Bytes of tensor data.
+    pub weight_bytes: u64,
+}
+
+/// Opens the bundle at `path` and builds everything [`crate::loader::load`]
+/// builds but the backend, without computing on any weight (a few
+/// milliseconds plus the tokenizer's load). An error is what `load` would
+/// say.
+pub fn check_bundle(path: &Path) -> Result<CheckedBundle> {
+    let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
+    // f32: the dtype no stored float needs a lossy conversion into; nothing
+    // is converted anyway (validate-only weights).
+    let parts = build_parts(&bundle, Dtype::F32, true)?;
+    // `run` encodes the user's text: a tokenizer that loads but cannot
+    // encode (an unknown-token fallback missing from its vocabulary, as
+    // after a vocabulary of duplicates) fails here rather than at the
+    // first prompt.
+    let sample = parts.tokenizer.encode(SAMPLE_TEXT, true).and_then(|ids| parts.tokenizer.decode(&ids, false));
+    if let Err(e) = sample {
+        return Err(Error::BundleTokenizer {
+            section: "tokenizer",
+            message: format!("cannot encode and decode the sample text {SAMPLE_TEXT:?}: {e}"),
+        });
+    }
+    Ok(CheckedBundle {
+        tokenizer_ids: parts.tokenizer.vocab_size(),
+        compiled_tokenizer: parts.tokenizer.is_compiled(),
+        config: parts.config,
+        weight_bytes: parts.weight_bytes,
+    })
+}
+
+/// Checks that every token id the bundle can produce has a row in the
+/// embedding (`vocab_size` rows): the tokenizer's largest id, the end and
+/// start ids of the generation defaults. Without this a prompt holding
+/// such a token reads past the embedding table.
+pub(crate) fn token_ids_fit(max_id: Option<u32>, defaults: &GenerationDefaults, vocab_size: usize) -> Result<()> {
+    let fits = |what: &'static str, id: u32| {
+        if (id as usize) < vocab_size {
+            Ok(())
+        } else {
+            Err(Error::TokenIdOutOfRange { what, id: id.into(), vocab_size })
+        }
+    };
+    if let Some(id) = max_id {
+        fits("the tokenizer's token id", id)?;
+    }
+    for &id in &defaults.eos_token_ids {
+        fits("eos_token_id", id)?;
+    }
+    if let Some(id) = defaults.bos_token_id {
+        fits("bos_token_id", id)?;
+    }
+    Ok(())
+}
