@@ -160,3 +160,41 @@ fn split_regexes(p: &Value, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()>
     }
     Ok(())
 }
+
+/// What the runtime needs next to `tokenizers` when it tokenizes with
+/// `tokenizer.json` (models this crate does not compile): `tokenizers`
+/// panics inside onig on a backtracking regex and does not say which ids
+/// its post-processor adds.
+#[derive(Debug)]
+pub struct JsonGuard {
+    /// The `Split` pre-tokenizer regexes, bounded: searching a text with
+    /// them first turns what would panic in `tokenizers` into an error.
+    pub split_regexes: Vec<SplitRegex>,
+    /// The largest id the post-processor adds, if it adds any.
+    pub post_processor_max_id: Option<u32>,
+}
+
+/// Reads the [`JsonGuard`] of `tokenizer_json` (only its pre-tokenizer and
+/// post-processor are kept while parsing).
+pub fn json_guard(tokenizer_json: &[u8]) -> Result<JsonGuard> {
+    #[derive(serde::Deserialize)]
+    struct Parts {
+        #[serde(default)]
+        pre_tokenizer: Value,
+        #[serde(default)]
+        post_processor: Value,
+    }
+    let parts: Parts = serde_json::from_slice(tokenizer_json).map_err(|e| invalid(format!("not JSON: {e}")))?;
+    let mut regexes = Vec::new();
+    split_regexes(&parts.pre_tokenizer, &mut |pattern| {
+        regexes.push(SplitRegex::new(pattern)?);
+        Ok(())
+    })?;
+    let mut post_processor_max_id = None;
+    post_processor_ids(&parts.post_processor, &mut |id, field| {
+        let id = token_id(id, &|| format!("post_processor {field}"))?;
+        post_processor_max_id = post_processor_max_id.max(Some(id));
+        Ok(())
+    })?;
+    Ok(JsonGuard { split_regexes: regexes, post_processor_max_id })
+}
