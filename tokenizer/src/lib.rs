@@ -109,9 +109,12 @@ impl Tokenizer {
         let mut special_texts = std::collections::HashSet::new();
         for t in &layout.pipeline.added {
             added_by_text.insert(t.content.clone(), t.id);
-            let lengths = added_lengths.entry(t.content.as_bytes()[0]).or_default();
-            if !lengths.contains(&t.content.len()) {
-                lengths.push(t.content.len());
+            // Never empty (`Layout::parse` refuses that).
+            if let Some(&first) = t.content.as_bytes().first() {
+                let lengths = added_lengths.entry(first).or_default();
+                if !lengths.contains(&t.content.len()) {
+                    lengths.push(t.content.len());
+                }
             }
             added_by_id.insert(t.id, (t.content.clone(), t.special));
             if t.special {

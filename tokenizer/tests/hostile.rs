@@ -118,3 +118,29 @@ fn malformed_files_are_refused_naming_the_field() {
     let t = Tokenizer::load(compile(&json).unwrap()).unwrap();
     assert_eq!(t.max_token_id(), Some(258));
 }
+
+/// `section` with its pipeline JSON replaced by `edit`'s (the layout's
+/// length prefix and padding redone; the tables after it unchanged).
+fn with_pipeline(section: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let len = u32::from_le_bytes(section[8..12].try_into().unwrap()) as usize;
+    let mut pipeline: Value = serde_json::from_slice(&section[12..12 + len]).unwrap();
+    edit(&mut pipeline);
+    let json = serde_json::to_vec(&pipeline).unwrap();
+    let mut out = section[..8].to_vec();
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.resize(out.len().next_multiple_of(4), 0);
+    out.extend_from_slice(&section[12 + len.next_multiple_of(4)..]);
+    out
+}
+
+/// A section is input too: an empty added token (which `compile` never
+/// writes) indexed its first byte and panicked at load.
+#[test]
+fn a_section_with_an_empty_added_token_is_malformed() {
+    let section = compile(&tokenizer_json(r"\s+", |_| {})).unwrap();
+    Tokenizer::load(with_pipeline(&section, |_| {})).unwrap();
+    let bad = with_pipeline(&section, |p| p["added"][0]["content"] = json!(""));
+    let err = Tokenizer::load(bad).unwrap_err().to_string();
+    assert_eq!(err, "compiled tokenizer section: added token 258 is empty (at byte offset 12)");
+}
