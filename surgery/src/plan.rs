@@ -657,11 +657,11 @@ impl Surgery {
 impl Plan {
     /// Runs `out`'s edits on `values` (the source tensor as f32).
     pub fn apply(&self, out: &OutputTensor, values: &Array) -> Result<Array> {
-        let mlx = |e: mlxcel_mlx::Error| SurgeryError::Mlx { tensor: out.source.clone(), source: e };
+        let mlx = |e: mlxcel_mlx::Error| SurgeryError::Mlx { tensor: out.source.clone(), error: e };
         let file = |donor: &Donor, key: &str| {
             donor.array(key).map_err(|m| SurgeryError::Mlx {
                 tensor: out.source.clone(),
-                source: mlxcel_mlx::Error::Invalid { op: "read", message: m },
+                error: mlxcel_mlx::Error::Invalid { op: "read", message: m },
             })
         };
         let mut v = values.clone();

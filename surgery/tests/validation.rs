@@ -309,3 +309,15 @@ fn mixture_of_experts_layers_refuse_channel_pruning_and_zero_every_expert() {
         vec!["model.layers.2.self_attn.o_proj.weight", "model.layers.2.mlp.switch_mlp.down_proj.weight"]
     );
 }
+
+/// Each cause is stated once: an MLX error is in the message, not repeated
+/// as the error's `source()` (anyhow's chain printed it twice).
+#[test]
+fn an_mlx_error_is_stated_once() {
+    let e = mlxcel_surgery::SurgeryError::Mlx {
+        tensor: "model.norm.weight".into(),
+        error: mlxcel_mlx::Error::Invalid { op: "read", message: "no such key".into() },
+    };
+    assert!(std::error::Error::source(&e).is_none());
+    assert!(e.to_string().starts_with("surgery on model.norm.weight: "), "{e}");
+}
