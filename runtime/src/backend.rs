@@ -6,11 +6,12 @@
 //! step, for as many sequences as are running.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 
 use mlxcel_mlx::{Array, Dtype, fast};
 
 use crate::error::{Error, Result};
-use crate::kv_cache::{BatchCaches, KvCache};
+use crate::kv_cache::{BatchCaches, KvCache, check_window};
 use crate::models::LanguageModel;
 
 /// Identifies one sequence (one conversation's KV state) within a backend.
@@ -59,6 +60,8 @@ impl Default for MlxOptions {
 pub struct MlxBackend {
     model: Box<dyn LanguageModel>,
     options: MlxOptions,
+    /// `options.max_kv`, checked.
+    max_kv: Option<NonZeroUsize>,
     sequences: HashMap<SeqId, Vec<KvCache>>,
     next_id: SeqId,
 }
@@ -69,7 +72,8 @@ impl MlxBackend {
         if options.prefill_chunk == 0 {
             return Err(Error::InvalidParameter { name: "prefill_chunk", message: "must be at least 1".into() });
         }
-        Ok(MlxBackend { model, options, sequences: HashMap::new(), next_id: 0 })
+        let max_kv = options.max_kv.map(|m| check_window("max_kv_size", m)).transpose()?;
+        Ok(MlxBackend { model, options, max_kv, sequences: HashMap::new(), next_id: 0 })
     }
 
     fn caches(&mut self, seq: SeqId) -> Result<&mut Vec<KvCache>> {
@@ -165,7 +169,7 @@ impl Backend for MlxBackend {
     fn new_sequence(&mut self) -> SeqId {
         let id = self.next_id;
         self.next_id += 1;
-        self.sequences.insert(id, self.model.new_caches(self.options.max_kv));
+        self.sequences.insert(id, self.model.new_caches(self.max_kv));
         id
     }
 

@@ -1,6 +1,14 @@
 //! Chat templates: the Jinja template a model ships with, rendered with
 //! minijinja in Python-compatibility mode (HF templates call `.strip()`,
 //! `.startswith()`, `raise_exception(...)` and friends).
+//!
+//! A template comes from a bundle, so from whoever built it: it is bounded
+//! like any other input. Its source may be at most [`MAX_TEMPLATE_BYTES`],
+//! and every render runs on [`TEMPLATE_FUEL`] (minijinja's budget of
+//! instructions and created data), so nested loops end in an error instead
+//! of a hang. [`ChatTemplate::validate`] renders a representative
+//! conversation, so the compiler and `verify` can refuse a template that
+//! `run` could not use.
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value, context};
 use serde::Serialize;
@@ -23,15 +31,33 @@ impl Message {
     }
 }
 
+/// The largest template source accepted: 1 MiB (real templates are under
+/// 20 KB; tool-calling ones under 100 KB).
+pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
+
+/// The fuel of one render: minijinja spends one per instruction and about
+/// one per 64 bytes of data a template creates, so this bounds a render to
+/// roughly a tenth of a second and 256 MB. A ChatML conversation of 100
+/// turns spends about 10,000.
+pub const TEMPLATE_FUEL: u64 = 4_000_000;
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
 }
 
 impl ChatTemplate {
-    /// Compiles `source`; errors point at the template's line.
+    /// Compiles `source` (at most [`MAX_TEMPLATE_BYTES`]); errors point at
+    /// the template's line.
     pub fn new(source: &str) -> Result<ChatTemplate> {
+        if source.len() > MAX_TEMPLATE_BYTES {
+            return Err(Error::ChatTemplate(format!(
+                "the bundle's template is {} bytes, more than the limit of {MAX_TEMPLATE_BYTES}",
+                source.len()
+            )));
+        }
         let mut env = Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, JinjaError> {
@@ -50,21 +76,61 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<String> {
-        let tmpl = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(describe(&e)))?;
-        tmpl.render(context! {
+        self.render_jinja(messages, add_generation_prompt, bos_token, eos_token)
+            .map_err(|e| Error::ChatTemplate(describe(&e)))
+    }
+
+    /// [`ChatTemplate::render`] with minijinja's error (so callers can tell
+    /// the template's own `raise_exception` from the engine's errors).
+    fn render_jinja(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> std::result::Result<String, JinjaError> {
+        self.env.get_template("chat")?.render(context! {
             messages => Value::from(minijinja::value::Serde(messages)),
             add_generation_prompt => add_generation_prompt,
             bos_token => bos_token.unwrap_or(""),
             eos_token => eos_token.unwrap_or(""),
         })
-        .map_err(|e| Error::ChatTemplate(describe(&e)))
+    }
+
+    /// Renders a representative conversation (a user turn; then a system
+    /// prompt, a whole exchange and a second user turn) under the same fuel
+    /// as [`ChatTemplate::render`]. The first must render; the second may
+    /// be refused by the template itself (many raise on a system role) but
+    /// must not run out of fuel or fail in the engine. This is what a
+    /// whole-bundle check calls so that a template `run` would hang on, or
+    /// fail on at the first prompt, is refused before anyone runs it.
+    pub fn validate(&self, bos_token: Option<&str>, eos_token: Option<&str>) -> Result<()> {
+        self.render(&[Message::new("user", "Hello!")], true, bos_token, eos_token)?;
+        let conversation = [
+            Message::new("system", "You are a helpful assistant."),
+            Message::new("user", "What is 2 + 2?"),
+            Message::new("assistant", "4."),
+            Message::new("user", "And 3 + 3?"),
+        ];
+        match self.render_jinja(&conversation, true, bos_token, eos_token) {
+            Err(e) if e.kind() != ErrorKind::InvalidOperation => Err(Error::ChatTemplate(describe(&e))),
+            _ => Ok(()),
+        }
     }
 }
 
+/// The error's message, its line and that the template is the bundle's
+/// (minijinja's own message names the template "chat").
 fn describe(e: &JinjaError) -> String {
+    let what = match e.kind() {
+        ErrorKind::OutOfFuel => {
+            format!("rendering used up its fuel of {TEMPLATE_FUEL} steps (a loop that never ends?)")
+        }
+        _ => e.detail().map_or_else(|| e.kind().to_string(), |d| format!("{}: {d}", e.kind())),
+    };
     match e.line() {
-        Some(line) => format!("{e} (template line {line})"),
-        None => e.to_string(),
+        Some(line) => format!("the bundle's template, line {line}: {what}"),
+        None => format!("the bundle's template: {what}"),
     }
 }
 
@@ -92,6 +158,52 @@ mod tests {
         let err = t.render(&[Message::new("system", "x")], true, None, None).unwrap_err().to_string();
         assert!(err.contains("no system role"), "{err}");
         let err = ChatTemplate::new("{% for m in messages %}").err().expect("unclosed for").to_string();
-        assert!(err.starts_with("chat template:") && err.contains("line 1"), "{err}");
+        assert!(err.starts_with("chat template: the bundle's template, line 1:"), "{err}");
+    }
+
+    /// Nested loops over a large range hung `run` forever (no fuel).
+    #[test]
+    fn a_template_that_never_ends_runs_out_of_fuel() {
+        let t = ChatTemplate::new(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let start = std::time::Instant::now();
+        let err = t.render(&[Message::new("user", "Hi")], true, None, None).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "chat template: the bundle's template, line 1: rendering used up its fuel of {TEMPLATE_FUEL} steps (a loop that never ends?)"
+            )
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{:?}", start.elapsed());
+        assert_eq!(t.validate(None, None).unwrap_err().to_string(), err);
+    }
+
+    /// A template may refuse a system role itself; it must still render a
+    /// user turn, and a huge output is stopped by the same fuel.
+    #[test]
+    fn validate_accepts_refusals_but_not_failures() {
+        let refuses_system = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system') }}{% endif %}{{ m['content'] }}{% endfor %}";
+        ChatTemplate::new(refuses_system).unwrap().validate(None, None).unwrap();
+        let needs_system = "{{ messages[0]['content'] ~ messages[1]['content'].strip() }}";
+        let err = ChatTemplate::new(needs_system).unwrap().validate(None, None).unwrap_err().to_string();
+        assert!(err.starts_with("chat template: the bundle's template, line 1:"), "{err}");
+        let huge = "{% set s = 'x' * 100000000 %}{{ s }}{{ s }}{{ s }}";
+        let err = ChatTemplate::new(huge).unwrap().validate(None, None).unwrap_err().to_string();
+        assert!(err.contains("used up its fuel"), "{err}");
+    }
+
+    #[test]
+    fn an_oversized_template_is_refused() {
+        let big = "x".repeat(MAX_TEMPLATE_BYTES + 1);
+        let err = ChatTemplate::new(&big).err().expect("refused").to_string();
+        assert_eq!(
+            err,
+            format!(
+                "chat template: the bundle's template is {} bytes, more than the limit of {MAX_TEMPLATE_BYTES}",
+                MAX_TEMPLATE_BYTES + 1
+            )
+        );
     }
 }

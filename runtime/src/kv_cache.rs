@@ -12,6 +12,8 @@
 //! and values. How the step is written (in place by mlxcel's cached-attention
 //! node, or through an explicit window mask) stays here.
 
+use std::num::NonZeroUsize;
+
 use mlxcel_mlx::fast::{CacheRow, CacheSlot, cached_attention, merge_heads, scaled_dot_product_attention};
 use mlxcel_mlx::{Array, AttentionMask, Dtype};
 
@@ -83,14 +85,17 @@ impl KvCache {
         KvCache::Full(FullCache { keys: None, values: None, offset: 0 })
     }
 
-    /// A cache for attention over the last `window` positions.
-    pub fn sliding(window: usize) -> KvCache {
-        KvCache::Sliding(SlidingCache { window, keys: None, values: None, offset: 0, next: 0 })
+    /// A cache for attention over the last `window` positions (never zero:
+    /// the ring's slot arithmetic needs at least one slot).
+    pub fn sliding(window: NonZeroUsize) -> KvCache {
+        KvCache::Sliding(SlidingCache { window: window.get(), keys: None, values: None, offset: 0, next: 0 })
     }
 
     /// The cache of a layer attending over `window` positions (or all of
-    /// them), with the context capped at `max_kv` positions when given.
-    pub fn for_layer(window: Option<usize>, max_kv: Option<usize>) -> KvCache {
+    /// them), with the context capped at `max_kv` positions when given. Both
+    /// are non-zero by type; [`check_window`] turns a user's or a config's
+    /// number into one, refusing zero and absurd sizes.
+    pub fn for_layer(window: Option<NonZeroUsize>, max_kv: Option<NonZeroUsize>) -> KvCache {
         match (window, max_kv) {
             (Some(w), Some(m)) => KvCache::sliding(w.min(m)),
             (Some(w), None) | (None, Some(w)) => KvCache::sliding(w),
@@ -273,10 +278,31 @@ impl FullCache {
     }
 }
 
+/// The most positions a KV cache window may hold: 2^24 (16,777,216), 64
+/// times the longest context of the architectures the runtime knows. A
+/// larger `--max-kv-size` or `sliding_window` is a typo or an attack, and
+/// the window mask of a prefill chunk is sized by it.
+pub const MAX_KV_POSITIONS: usize = 1 << 24;
+
+/// Checks a cache window (`--max-kv-size`, a layer's `sliding_window`): at
+/// least one position and at most [`MAX_KV_POSITIONS`]. `name` is the
+/// parameter the error names.
+pub fn check_window(name: &'static str, positions: usize) -> Result<NonZeroUsize> {
+    match NonZeroUsize::new(positions) {
+        None => Err(Error::InvalidParameter { name, message: "must be at least 1 position".into() }),
+        Some(_) if positions > MAX_KV_POSITIONS => Err(Error::InvalidParameter {
+            name,
+            message: format!("{positions} positions is more than the limit of {MAX_KV_POSITIONS}"),
+        }),
+        Some(w) => Ok(w),
+    }
+}
+
 /// The ring buffer of a sliding-window layer. Slots hold positions in ring
 /// order; attention does not depend on the order of keys, only on which ones
 /// are visible, so decode steps never reorder it.
 pub struct SlidingCache {
+    /// At least 1 ([`KvCache::sliding`] takes a `NonZeroUsize`).
     window: usize,
     keys: Option<Array>,
     values: Option<Array>,
@@ -332,7 +358,9 @@ impl SlidingCache {
         self.keys = Some(slice_positions(&all_k, total - keep, total)?);
         self.values = Some(slice_positions(&all_v, total - keep, total)?);
         self.offset += new;
-        self.next = keep % self.window;
+        // `keep` is at most `window`: the ring is full exactly when they are
+        // equal (no remainder, so no division anywhere in the ring).
+        self.next = if keep == self.window { 0 } else { keep };
         Ok(AttentionInputs { keys: all_k, values: all_v, mask: MaskKind::Explicit(mask) })
     }
 

@@ -1,6 +1,13 @@
 //! The bundle's tokenizer — the compiled one when the bundle has it, else
 //! `tokenizer.json` through Hugging Face `tokenizers` — and streaming
 //! detokenization that never splits a UTF-8 character.
+//!
+//! Errors say they come from the bundle. `tokenizers` panics inside onig
+//! when a pre-tokenizer regex backtracks past its limit; on that path the
+//! text is first searched with the same regexes under this project's
+//! limits ([`mlxcel_tokenizer::regex`]), which refuses such an input with
+//! an error, and a panic that still escapes (the regex sees normalized
+//! pieces, not the raw text) is caught and reported as an error.
 
 use crate::error::{Error, Result};
 
@@ -9,8 +16,8 @@ enum Inner {
     /// The bundle's compiled tokenizer (loads in milliseconds).
     Compiled(Box<mlxcel_tokenizer::Tokenizer>),
     /// `tokenizer.json` parsed by `tokenizers` (bundles without a compiled
-    /// tokenizer, or one of a newer layout).
-    Json(Box<tokenizers::Tokenizer>),
+    /// tokenizer, or one of a newer layout), with its bounded regexes.
+    Json(Box<tokenizers::Tokenizer>, Box<mlxcel_tokenizer::JsonGuard>),
 }
 
 /// A tokenizer and the special tokens generation needs.
@@ -22,15 +29,36 @@ pub struct Tokenizer {
 }
 
 fn compiled_error(e: mlxcel_tokenizer::TokenizerError) -> Error {
-    Error::Tokenizer(e.to_string())
+    Error::Tokenizer(format!("the bundle's compiled tokenizer: {e}"))
+}
+
+fn json_error(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(format!("the bundle's tokenizer.json: {e}"))
+}
+
+/// Runs a `tokenizers` call, turning a panic inside it (onig's
+/// "retry-limit-in-match over") into an error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> tokenizers::Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(json_error),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(json_error(format!("the tokenizers library failed {what}: {message}")))
+        }
+    }
 }
 
 impl Tokenizer {
     /// Loads `tokenizer.json` bytes; `eos` are the ids that end a generation,
     /// `bos`/`eos` texts are what chat templates call `bos_token`/`eos_token`.
     pub fn from_json(json: &[u8], eos: Vec<u32>, bos: Option<u32>) -> Result<Tokenizer> {
-        let inner = tokenizers::Tokenizer::from_bytes(json).map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Tokenizer::with_specials(Inner::Json(Box::new(inner)), eos, bos)
+        let guard = mlxcel_tokenizer::json_guard(json).map_err(json_error)?;
+        let inner = tokenizers::Tokenizer::from_bytes(json).map_err(json_error)?;
+        Tokenizer::with_specials(Inner::Json(Box::new(inner), Box::new(guard)), eos, bos)
     }
 
     /// Loads a compiled tokenizer section (see [`Tokenizer::from_json`] for
@@ -65,8 +93,11 @@ impl Tokenizer {
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
         match &self.inner {
             Inner::Compiled(t) => t.encode(text, add_special).map_err(compiled_error),
-            Inner::Json(t) => {
-                let enc = t.encode(text, add_special).map_err(|e| Error::Tokenizer(e.to_string()))?;
+            Inner::Json(t, guard) => {
+                for regex in &guard.split_regexes {
+                    regex.find_all(text).map_err(json_error)?;
+                }
+                let enc = guarded("encoding", || t.encode(text, add_special))?;
                 Ok(enc.get_ids().to_vec())
             }
         }
@@ -76,7 +107,7 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         match &self.inner {
             Inner::Compiled(t) => t.decode(ids, skip_special).map_err(compiled_error),
-            Inner::Json(t) => t.decode(ids, skip_special).map_err(|e| Error::Tokenizer(e.to_string())),
+            Inner::Json(t, _) => guarded("decoding", || t.decode(ids, skip_special)),
         }
     }
 
@@ -84,7 +115,7 @@ impl Tokenizer {
     pub fn id_to_token(&self, id: u32) -> Result<Option<String>> {
         match &self.inner {
             Inner::Compiled(t) => Ok(t.id_to_token(id).map_err(compiled_error)?.map(str::to_string)),
-            Inner::Json(t) => Ok(t.id_to_token(id)),
+            Inner::Json(t, _) => Ok(t.id_to_token(id)),
         }
     }
 
@@ -107,7 +138,7 @@ impl Tokenizer {
     pub fn token_id(&self, text: &str) -> Result<Option<u32>> {
         match &self.inner {
             Inner::Compiled(t) => t.token_to_id(text).map_err(compiled_error),
-            Inner::Json(t) => Ok(t.token_to_id(text)),
+            Inner::Json(t, _) => Ok(t.token_to_id(text)),
         }
     }
 
@@ -115,10 +146,21 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         match &self.inner {
             Inner::Compiled(t) => t.vocab_size(),
-            Inner::Json(t) => {
+            Inner::Json(t, _) => {
                 let added = t.get_added_tokens_decoder().keys().map(|&id| id as usize + 1).max().unwrap_or(0);
                 t.get_vocab_size(false).max(added)
             }
+        }
+    }
+
+    /// The largest id encoding can produce or a token can name: the
+    /// vocabulary, added tokens and what the post-processor adds. The model's
+    /// embedding must have more rows (the loader checks); `None` when the
+    /// tokenizer has no ids at all.
+    pub fn max_token_id(&self) -> Option<u32> {
+        match &self.inner {
+            Inner::Compiled(t) => t.max_token_id(),
+            Inner::Json(t, guard) => t.get_vocab(true).into_values().chain(guard.post_processor_max_id).max(),
         }
     }
 }
@@ -164,5 +206,47 @@ impl Detokenizer {
         self.prefix_offset = self.tokens.len();
         self.read_offset = self.tokens.len();
         Ok((full.len() > prefix.len() && full.is_char_boundary(prefix.len())).then(|| full[prefix.len()..].to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `tokenizers`-only tokenizer.json whose pre-tokenizer regex
+    /// backtracks exponentially on a long word not followed by its end.
+    fn backtracking_json() -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Split", "pattern": {"Regex": r"(\w+\s?)*$"}, "behavior": "Isolated", "invert": false},
+            "post_processor": {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "a", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {"a": {"id": "a", "ids": [7], "tokens": ["a"]}}},
+            "decoder": null,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                      "vocab": {"a": 0, "!": 1, "aa": 2}, "merges": [["a", "a"]]}
+        }))
+        .unwrap()
+    }
+
+    /// `tokenizers` panicked inside onig ("retry-limit-in-match over", exit
+    /// 101); now the input is refused with an error naming the bundle and
+    /// the pattern.
+    #[test]
+    fn a_backtracking_regex_in_tokenizer_json_is_an_error() {
+        let t = Tokenizer::from_json(&backtracking_json(), vec![1], None).unwrap();
+        assert!(!t.is_compiled());
+        assert_eq!(t.encode("aaaa", false).unwrap(), vec![2, 2]);
+        let err = t.encode(&format!("{}!", "a".repeat(5000)), false).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                r#"tokenizer: the bundle's tokenizer.json: regex "(\\w+\\s?)*$" gave up searching from byte 0"#
+            ),
+            "{err}"
+        );
+        // The post-processor's id counts as one the tokenizer can produce.
+        assert_eq!(t.max_token_id(), Some(7));
     }
 }

@@ -22,13 +22,14 @@ pub enum SurgeryError {
     /// The config the operations leave is one the runtime cannot use.
     #[error("surgery leaves an unusable model config: {0}")]
     Config(mlxcel_arch::ConfigError),
-    /// Computing an edit failed in MLX.
-    #[error("surgery on {tensor}: {source}")]
+    /// Computing an edit failed in MLX. The error is in the message and not
+    /// also a `source()`, so that a chain printer states it once.
+    #[error("surgery on {tensor}: {error}")]
     Mlx {
         /// The tensor being edited.
         tensor: String,
         /// MLX's error.
-        source: mlxcel_mlx::Error,
+        error: mlxcel_mlx::Error,
     },
 }
 

@@ -29,5 +29,5 @@ mod schema;
 
 pub use donor::Donor;
 pub use error::{Result, SurgeryError};
-pub use plan::{Edit, Endpoint, ModelTensor, ModelView, OperationRecord, OutputTensor, Plan};
-pub use schema::{Granularity, Method, Operation, PruneMode, Surgery, Targets, VERSION};
+pub use plan::{Edit, Endpoint, MAX_MULTIPLIER, ModelTensor, ModelView, OperationRecord, OutputTensor, Plan};
+pub use schema::{Granularity, MAX_YAML_BYTES, Method, Operation, PruneMode, Surgery, Targets, VERSION, limits};

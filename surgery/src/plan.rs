@@ -19,6 +19,12 @@ use crate::donor::Donor;
 use crate::error::{Result, SurgeryError};
 use crate::schema::{Granularity, Method, Operation, PruneMode, Surgery, Targets};
 
+/// The largest magnitude of a `scale` factor or an `add` alpha: 1,000.
+/// Edits run in f32 and bundles store f16/bf16 weights; a weight of
+/// magnitude 65 times 1,000 still fits f16 (65,504), while the factors
+/// that made a model print nothing (1e39 is infinite in f32) do not pass.
+pub const MAX_MULTIPLIER: f32 = 1_000.0;
+
 /// A tensor of the model being compiled, as the surgery sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelTensor {
@@ -273,8 +279,19 @@ impl Planner<'_> {
         }
     }
 
-    fn finite(ctx: &OpCtx<'_>, name: &str, v: f64) -> Result<f32> {
-        if v.is_finite() { Ok(v as f32) } else { Err(ctx.err(format!("{name} must be a finite number, got {v}"))) }
+    /// `v` as the f32 the edit multiplies by, refused (naming `name`)
+    /// unless it is finite there and within `range`: a factor that is
+    /// finite as f64 can be infinite as f32 (1e39), and one that is finite
+    /// can still overflow every weight.
+    fn in_range(ctx: &OpCtx<'_>, name: &str, v: f64, range: std::ops::RangeInclusive<f32>) -> Result<f32> {
+        let applied = v as f32;
+        if applied.is_finite() && range.contains(&applied) {
+            Ok(applied)
+        } else {
+            // Large values as written in YAML (1e39), not 40 digits.
+            let got = if v.abs() >= 1e6 { format!("{v:e}") } else { v.to_string() };
+            Err(ctx.err(format!("{name} must be a number in [{}, {}], got {got}", range.start(), range.end())))
+        }
     }
 
     fn edit(&mut self, i: usize, edit: Edit) {
@@ -301,7 +318,7 @@ impl Planner<'_> {
             |p: &Planner<'_>, m: &[(usize, String)]| m.iter().map(|(i, _)| p.entries[*i].name.clone()).collect();
         match op {
             Operation::Scale { targets, factor } => {
-                let f = Self::finite(ctx, "factor", *factor)?;
+                let f = Self::in_range(ctx, "factor", *factor, -MAX_MULTIPLIER..=MAX_MULTIPLIER)?;
                 let m = self.targets(ctx, targets)?;
                 for (i, _) in &m {
                     self.edit(*i, Edit::Scale(f));
@@ -309,7 +326,7 @@ impl Planner<'_> {
                 Ok(names(self, &m))
             }
             Operation::Add { targets, source, alpha, key } => {
-                let alpha = Self::finite(ctx, "alpha", *alpha)?;
+                let alpha = Self::in_range(ctx, "alpha", *alpha, -MAX_MULTIPLIER..=MAX_MULTIPLIER)?;
                 let donor = self.donor(ctx, source)?;
                 let m = self.targets(ctx, targets)?;
                 for (i, glob) in &m {
@@ -330,10 +347,7 @@ impl Planner<'_> {
                 Ok(names(self, &m))
             }
             Operation::Interpolate { targets, sources, ratio, method, key } => {
-                let ratio = Self::finite(ctx, "ratio", *ratio)?;
-                if !(0.0..=1.0).contains(&ratio) {
-                    return Err(ctx.err(format!("ratio must be in [0, 1], got {ratio}")));
-                }
+                let ratio = Self::in_range(ctx, "ratio", *ratio, 0.0..=1.0)?;
                 let donors: Vec<Option<Arc<Donor>>> = sources
                     .iter()
                     .map(|s| if s == "model" { Ok(None) } else { self.donor(ctx, Path::new(s)).map(Some) })
@@ -643,11 +657,11 @@ impl Surgery {
 impl Plan {
     /// Runs `out`'s edits on `values` (the source tensor as f32).
     pub fn apply(&self, out: &OutputTensor, values: &Array) -> Result<Array> {
-        let mlx = |e: mlxcel_mlx::Error| SurgeryError::Mlx { tensor: out.source.clone(), source: e };
+        let mlx = |e: mlxcel_mlx::Error| SurgeryError::Mlx { tensor: out.source.clone(), error: e };
         let file = |donor: &Donor, key: &str| {
             donor.array(key).map_err(|m| SurgeryError::Mlx {
                 tensor: out.source.clone(),
-                source: mlxcel_mlx::Error::Invalid { op: "read", message: m },
+                error: mlxcel_mlx::Error::Invalid { op: "read", message: m },
             })
         };
         let mut v = values.clone();

@@ -208,21 +208,83 @@ pub struct Surgery {
 #[serde(deny_unknown_fields)]
 struct Document {
     version: u32,
-    operations: Vec<serde_yaml::Value>,
+    /// Kept as generic values first, so that an operation's error can name
+    /// its index, op and line.
+    operations: Vec<serde_value::Value>,
+}
+
+/// The largest surgery file read: 1 MiB (the examples are under 1 KB; a
+/// file listing every tensor of a large model stays under 100 KB).
+pub const MAX_YAML_BYTES: usize = 1 << 20;
+
+/// What a surgery document may cost the YAML parser beyond its size: the
+/// limits of `serde-saphyr`'s budget and alias replay, so that a file of
+/// nested aliases (an "alias bomb": 100 KB once expanded to gigabytes) is an
+/// error. A surgery file needs few events and almost no aliases; these
+/// leave a hundred times the room a real one uses.
+pub mod limits {
+    /// Parser events (scalars, collection starts and ends) in the file.
+    pub const EVENTS: usize = 200_000;
+    /// Nodes (scalars and collections).
+    pub const NODES: usize = 100_000;
+    /// Nesting of sequences and mappings.
+    pub const DEPTH: usize = 32;
+    /// Alias uses (`*name`) and anchor definitions (`&name`), each.
+    pub const ALIASES: usize = 1_000;
+    /// Events that alias expansion may add to the document, in total.
+    pub const REPLAYED_EVENTS: usize = 20_000;
+    /// Aliases expanded inside aliases.
+    pub const ALIAS_NESTING: usize = 8;
+}
+
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = limits::EVENTS;
+    budget.max_nodes = limits::NODES;
+    budget.max_depth = limits::DEPTH;
+    budget.max_aliases = limits::ALIASES;
+    budget.max_anchors = limits::ALIASES;
+    budget.max_documents = 1;
+    budget.max_total_scalar_bytes = MAX_YAML_BYTES;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    // One line per error: the message and its line and column.
+    options.with_snippet = false;
+    options.alias_limits.max_total_replayed_events = limits::REPLAYED_EVENTS;
+    options.alias_limits.max_replay_stack_depth = limits::ALIAS_NESTING;
+    options
 }
 
 impl Surgery {
-    /// Reads and parses a surgery file.
+    /// Reads and parses a surgery file (at most [`MAX_YAML_BYTES`]); errors
+    /// name the file.
     pub fn from_file(path: &Path) -> Result<Surgery> {
-        let yaml = std::fs::read_to_string(path)
-            .map_err(|e| SurgeryError::Parse(format!("reading {}: {e}", path.display())))?;
+        let in_file = |message: String| SurgeryError::Parse(format!("{}: {message}", path.display()));
+        // The size first: reading a multi-gigabyte file to refuse it is the
+        // exhaustion this limit is for.
+        let len = std::fs::metadata(path).map_err(|e| in_file(e.to_string()))?.len();
+        if len > MAX_YAML_BYTES as u64 {
+            return Err(in_file(format!("{len} bytes is more than the limit of {MAX_YAML_BYTES}")));
+        }
+        let yaml = std::fs::read_to_string(path).map_err(|e| in_file(e.to_string()))?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Surgery::parse(&yaml, &base)
+        Surgery::parse(&yaml, &base).map_err(|e| match e {
+            SurgeryError::Parse(message) => in_file(message),
+            other => other,
+        })
     }
 
-    /// Parses YAML text; relative paths resolve against `base_dir`.
+    /// Parses YAML text (at most [`MAX_YAML_BYTES`], within [`limits`]);
+    /// relative paths resolve against `base_dir`.
     pub fn parse(yaml: &str, base_dir: &Path) -> Result<Surgery> {
-        let doc: Document = serde_yaml::from_str(yaml).map_err(|e| SurgeryError::Parse(e.to_string()))?;
+        if yaml.len() > MAX_YAML_BYTES {
+            return Err(SurgeryError::Parse(format!(
+                "{} bytes is more than the limit of {MAX_YAML_BYTES}",
+                yaml.len()
+            )));
+        }
+        let doc: Document = serde_saphyr::from_str_with_options(yaml, yaml_options())
+            .map_err(|e| SurgeryError::Parse(e.to_string()))?;
         if doc.version != VERSION {
             return Err(SurgeryError::Parse(format!(
                 "version {} is not supported: this mlxcel reads surgery version {VERSION}",
@@ -236,8 +298,14 @@ impl Surgery {
         let mut operations = Vec::with_capacity(doc.operations.len());
         for (i, value) in doc.operations.into_iter().enumerate() {
             let line = lines.get(i).copied();
-            let op_name = value.get("op").and_then(serde_yaml::Value::as_str).unwrap_or("?").to_string();
-            let op: Operation = serde_yaml::from_value(value).map_err(|e| SurgeryError::Operation {
+            let op_name = match &value {
+                serde_value::Value::Map(m) => match m.get(&serde_value::Value::String("op".into())) {
+                    Some(serde_value::Value::String(s)) => s.clone(),
+                    _ => "?".into(),
+                },
+                _ => "?".into(),
+            };
+            let op: Operation = value.deserialize_into().map_err(|e| SurgeryError::Operation {
                 index: i + 1,
                 op: op_name,
                 line,

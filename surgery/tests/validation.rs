@@ -83,10 +83,13 @@ fn document_errors() {
 fn operation_errors_name_index_op_and_line() {
     let cases: &[(&str, &str)] = &[
         // Unknown op, unknown field.
-        ("  - op: shear\n    targets: x\n", "surgery operation #1 (shear, line 3): unknown variant `shear`"),
+        (
+            "  - op: shear\n    targets: x\n",
+            "surgery operation #1 (shear, line 3): Unknown variant shear. Expected one of scale, add",
+        ),
         (
             "  - op: scale\n    targets: model.norm.weight\n    facter: 2\n",
-            "surgery operation #1 (scale, line 3): unknown field `facter`",
+            "surgery operation #1 (scale, line 3): Unknown field facter. Expected one of targets, factor",
         ),
         // A bad glob; a glob matching nothing.
         (
@@ -97,18 +100,34 @@ fn operation_errors_name_index_op_and_line() {
             "  - op: scale\n    targets: [\"model.nope.*\", \"x\"]\n    factor: 2\n",
             "surgery operation #1 (scale, line 3): targets model.nope.*, x match no tensor of the model",
         ),
-        // Non-finite numbers; a ratio outside [0, 1].
+        // Non-finite numbers (refused by the parser, with their line and
+        // column); a ratio outside [0, 1].
         (
             "  - op: scale\n    targets: model.norm.weight\n    factor: .nan\n",
-            "surgery operation #1 (scale, line 3): factor must be a finite number, got NaN",
+            "surgery: non-finite float `.nan` rejected by reject_non_finite_typeless_float at line 5, column 13",
         ),
         (
             "  - op: add\n    targets: model.norm.weight\n    source: donor.safetensors\n    alpha: .inf\n",
-            "surgery operation #1 (add, line 3): alpha must be a finite number, got inf",
+            "surgery: non-finite float `.inf` rejected by reject_non_finite_typeless_float at line 6, column 12",
         ),
         (
             "  - op: interpolate\n    targets: model.norm.weight\n    sources: [model, donor.safetensors]\n    ratio: 1.5\n",
-            "surgery operation #1 (interpolate, line 3): ratio must be in [0, 1], got 1.5",
+            "surgery operation #1 (interpolate, line 3): ratio must be a number in [0, 1], got 1.5",
+        ),
+        // Finite as f64 but not as the f32 the edit applies (1e39 is
+        // infinite there), or past the multiplier limit: the model printed
+        // nothing.
+        (
+            "  - op: scale\n    targets: model.norm.weight\n    factor: 1e39\n",
+            "surgery operation #1 (scale, line 3): factor must be a number in [-1000, 1000], got 1e39",
+        ),
+        (
+            "  - op: scale\n    targets: model.norm.weight\n    factor: -1e300\n",
+            "surgery operation #1 (scale, line 3): factor must be a number in [-1000, 1000], got -1e300",
+        ),
+        (
+            "  - op: add\n    targets: model.norm.weight\n    source: donor.safetensors\n    alpha: 1000.5\n",
+            "surgery operation #1 (add, line 3): alpha must be a number in [-1000, 1000], got 1000.5",
         ),
         // Empty ids; ids out of range.
         (
@@ -289,4 +308,16 @@ fn mixture_of_experts_layers_refuse_channel_pruning_and_zero_every_expert() {
         plan.operations[0].matched,
         vec!["model.layers.2.self_attn.o_proj.weight", "model.layers.2.mlp.switch_mlp.down_proj.weight"]
     );
+}
+
+/// Each cause is stated once: an MLX error is in the message, not repeated
+/// as the error's `source()` (anyhow's chain printed it twice).
+#[test]
+fn an_mlx_error_is_stated_once() {
+    let e = mlxcel_surgery::SurgeryError::Mlx {
+        tensor: "model.norm.weight".into(),
+        error: mlxcel_mlx::Error::Invalid { op: "read", message: "no such key".into() },
+    };
+    assert!(std::error::Error::source(&e).is_none());
+    assert!(e.to_string().starts_with("surgery on model.norm.weight: "), "{e}");
 }

@@ -7,6 +7,7 @@ use std::collections::BinaryHeap;
 use crate::Tokenizer;
 use crate::error::Result;
 use crate::pipeline::{Behavior, Normalizer, PreTokenizer, PrependScheme, SplitPattern};
+use crate::regex::SplitRegex;
 
 /// GPT-2's byte-to-unicode table: printable bytes stand for themselves, the
 /// rest for code points from U+0100 up.
@@ -75,10 +76,11 @@ fn split_with(matches: &[(usize, usize, bool)], behavior: Behavior) -> Vec<(usiz
     out
 }
 
-/// Match and gap ranges covering `text` (`tokenizers`' `Pattern::find_matches`).
-fn find_matches(text: &str, pattern: &SplitPattern, regex: Option<&onig::Regex>) -> Vec<(usize, usize, bool)> {
+/// Match and gap ranges covering `text` (`tokenizers`' `Pattern::find_matches`);
+/// a regex that exceeds its backtracking limits is an error.
+fn find_matches(text: &str, pattern: &SplitPattern, regex: Option<&SplitRegex>) -> Result<Vec<(usize, usize, bool)>> {
     if text.is_empty() {
-        return vec![(0, 0, false)];
+        return Ok(vec![(0, 0, false)]);
     }
     let mut out = Vec::new();
     let mut prev = 0;
@@ -91,7 +93,7 @@ fn find_matches(text: &str, pattern: &SplitPattern, regex: Option<&onig::Regex>)
     };
     match (pattern, regex) {
         (SplitPattern::Regex(_), Some(re)) => {
-            for (s, e) in re.find_iter(text) {
+            for (s, e) in re.find_all(text)? {
                 push(s, e, &mut out);
             }
         }
@@ -110,7 +112,7 @@ fn find_matches(text: &str, pattern: &SplitPattern, regex: Option<&onig::Regex>)
     if prev != text.len() {
         out.push((prev, text.len(), false));
     }
-    out
+    Ok(out)
 }
 
 /// One BPE symbol: a token id and its neighbours (a linked list over the word).
@@ -152,7 +154,11 @@ impl Tokenizer {
             }
             let mut pieces = vec![Piece { text: piece, origin: start, byte_level: false }];
             for (pre, splitter) in pipeline.pre_tokenizers.iter().zip(&self.splitters) {
-                pieces = pieces.into_iter().flat_map(|p| self.pre_tokenize(pre, splitter.as_ref(), p)).collect();
+                let mut split = Vec::with_capacity(pieces.len());
+                for p in pieces {
+                    split.extend(self.pre_tokenize(pre, splitter.as_ref(), p)?);
+                }
+                pieces = split;
             }
             for p in &pieces {
                 self.bpe(p, &mut ids)?;
@@ -196,7 +202,7 @@ impl Tokenizer {
         out
     }
 
-    fn pre_tokenize(&self, pre: &PreTokenizer, regex: Option<&onig::Regex>, piece: Piece) -> Vec<Piece> {
+    fn pre_tokenize(&self, pre: &PreTokenizer, regex: Option<&SplitRegex>, piece: Piece) -> Result<Vec<Piece>> {
         let sub = |p: &Piece, ranges: Vec<(usize, usize)>| -> Vec<Piece> {
             ranges
                 .into_iter()
@@ -206,8 +212,8 @@ impl Tokenizer {
         };
         match pre {
             PreTokenizer::Split { pattern, behavior } => {
-                let matches = find_matches(&piece.text, pattern, regex);
-                sub(&piece, split_with(&matches, *behavior))
+                let matches = find_matches(&piece.text, pattern, regex)?;
+                Ok(sub(&piece, split_with(&matches, *behavior)))
             }
             PreTokenizer::ByteLevel { add_prefix_space, use_regex } => {
                 let mut piece = piece;
@@ -215,7 +221,7 @@ impl Tokenizer {
                     piece.text.insert(0, ' ');
                 }
                 let mut pieces = if *use_regex {
-                    let matches = find_matches(&piece.text, &SplitPattern::Regex(String::new()), regex);
+                    let matches = find_matches(&piece.text, &SplitPattern::Regex(String::new()), regex)?;
                     sub(&piece, split_with(&matches, Behavior::Isolated))
                 } else {
                     vec![piece]
@@ -223,7 +229,7 @@ impl Tokenizer {
                 for p in &mut pieces {
                     p.byte_level = true;
                 }
-                pieces
+                Ok(pieces)
             }
             PreTokenizer::Metaspace { replacement, prepend, split } => {
                 let mut piece = piece;
@@ -239,10 +245,10 @@ impl Tokenizer {
                     piece.text.insert_str(0, rep);
                 }
                 if *split {
-                    let matches = find_matches(&piece.text, &SplitPattern::Literal(rep.to_string()), None);
-                    sub(&piece, split_with(&matches, Behavior::MergedWithNext))
+                    let matches = find_matches(&piece.text, &SplitPattern::Literal(rep.to_string()), None)?;
+                    Ok(sub(&piece, split_with(&matches, Behavior::MergedWithNext)))
                 } else {
-                    vec![piece]
+                    Ok(vec![piece])
                 }
             }
         }

@@ -31,6 +31,21 @@ pub enum TokenizerError {
     /// The compiled tokenizer and `tokenizers` disagree on a text.
     #[error("the compiled tokenizer differs from the tokenizers library: {0}")]
     Mismatch(String),
+    /// A pre-tokenizer regex backtracked past its limits on this input
+    /// ([`crate::regex::RETRY_LIMIT_IN_SEARCH`]): the pattern is unfit for
+    /// the input, and `tokenizers` would panic or run for hours on it.
+    #[error(
+        "regex {pattern:?} gave up searching from byte {offset} of a piece: {message} (backtracking is limited to {} steps)",
+        crate::regex::RETRY_LIMIT_IN_SEARCH
+    )]
+    RegexLimit {
+        /// The pattern.
+        pattern: String,
+        /// Where the search started, in the piece being split.
+        offset: usize,
+        /// Oniguruma's message.
+        message: String,
+    },
     /// A regex of the pipeline does not compile.
     #[error("regex {pattern:?}: {message}")]
     Regex {

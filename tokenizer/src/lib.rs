@@ -15,7 +15,9 @@
 
 pub mod error;
 pub mod pipeline;
+pub mod regex;
 pub mod tables;
+pub mod validate;
 pub mod verify;
 
 mod decode;
@@ -26,7 +28,9 @@ use std::collections::HashMap;
 pub use encode::bytes_to_unicode;
 pub use error::{Result, TokenizerError};
 use pipeline::{Pipeline, PreTokenizer, SplitPattern};
+pub use regex::SplitRegex;
 use tables::Layout;
+pub use validate::{JsonGuard, MAX_TOKEN_ID, TokenizerFacts, json_guard, validate_json};
 
 /// Compiles `tokenizer.json` into the section bytes, or says which part of
 /// it the compiled tokenizer does not support.
@@ -58,7 +62,7 @@ pub struct Tokenizer {
     data: Box<dyn AsRef<[u8]> + Send + Sync>,
     layout: Layout,
     /// The regex of each pre-tokenizer (`None` where it has none).
-    splitters: Vec<Option<onig::Regex>>,
+    splitters: Vec<Option<SplitRegex>>,
     /// Added tokens by text, and the text lengths to try, longest first, by first byte.
     added_by_text: HashMap<String, u32>,
     added_lengths: HashMap<u8, Vec<usize>>,
@@ -83,11 +87,6 @@ impl std::fmt::Debug for Tokenizer {
 /// GPT-2's pre-tokenizer regex (what `ByteLevel { use_regex: true }` splits with).
 pub const GPT2_REGEX: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
-fn compile_regex(pattern: &str) -> Result<onig::Regex> {
-    onig::Regex::new(pattern)
-        .map_err(|e| TokenizerError::Regex { pattern: pattern.to_string(), message: e.to_string() })
-}
-
 impl Tokenizer {
     /// Loads a compiled section (checked: a malformed one is an error naming
     /// the offset, never a panic or an out-of-bounds read).
@@ -99,8 +98,8 @@ impl Tokenizer {
             .pre_tokenizers
             .iter()
             .map(|p| match p {
-                PreTokenizer::Split { pattern: SplitPattern::Regex(r), .. } => compile_regex(r).map(Some),
-                PreTokenizer::ByteLevel { use_regex: true, .. } => compile_regex(GPT2_REGEX).map(Some),
+                PreTokenizer::Split { pattern: SplitPattern::Regex(r), .. } => SplitRegex::new(r).map(Some),
+                PreTokenizer::ByteLevel { use_regex: true, .. } => SplitRegex::new(GPT2_REGEX).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -110,9 +109,12 @@ impl Tokenizer {
         let mut special_texts = std::collections::HashSet::new();
         for t in &layout.pipeline.added {
             added_by_text.insert(t.content.clone(), t.id);
-            let lengths = added_lengths.entry(t.content.as_bytes()[0]).or_default();
-            if !lengths.contains(&t.content.len()) {
-                lengths.push(t.content.len());
+            // Never empty (`Layout::parse` refuses that).
+            if let Some(&first) = t.content.as_bytes().first() {
+                let lengths = added_lengths.entry(first).or_default();
+                if !lengths.contains(&t.content.len()) {
+                    lengths.push(t.content.len());
+                }
             }
             added_by_id.insert(t.id, (t.content.clone(), t.special));
             if t.special {
@@ -168,9 +170,25 @@ impl Tokenizer {
         }
     }
 
-    /// One more than the largest token id.
+    /// One more than the largest token id of the vocabulary and the added tokens.
     pub fn vocab_size(&self) -> usize {
         let added = self.added_by_id.keys().map(|&id| id as usize + 1).max().unwrap_or(0);
         self.layout.id_count().max(added)
+    }
+
+    /// The largest id [`Tokenizer::encode`] can produce or a caller can
+    /// name: the vocabulary, the added tokens, the ids the post-processor
+    /// adds and the unknown token. A model's embedding must have more rows
+    /// than this (the loader checks it); `None` for a section with no ids.
+    pub fn max_token_id(&self) -> Option<u32> {
+        let p = &self.layout.pipeline;
+        let vocab = self.layout.id_count().checked_sub(1).and_then(|i| u32::try_from(i).ok());
+        vocab
+            .into_iter()
+            .chain(p.added.iter().map(|t| t.id))
+            .chain(p.prefix.iter().copied())
+            .chain(p.suffix.iter().copied())
+            .chain(p.model.unk)
+            .max()
     }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Result, TokenizerError};
+use crate::validate::token_id;
 
 /// Text transformations applied to each piece between added tokens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -331,8 +332,7 @@ fn post_processor(v: &Value, prefix: &mut Vec<u32>, suffix: &mut Vec<u32>) -> Re
                         .ok_or_else(|| invalid(format!("template token {name:?} is not in special_tokens")))?;
                     let target = if seen_sequence { &mut *suffix } else { &mut *prefix };
                     for id in ids {
-                        let id = id.as_u64().and_then(|i| u32::try_from(i).ok());
-                        target.push(id.ok_or_else(|| invalid(format!("template token {name:?} has a bad id")))?);
+                        target.push(token_id(id, &|| format!("template token {name:?}"))?);
                     }
                 } else {
                     return Err(invalid("a template item that is neither Sequence nor SpecialToken"));
@@ -353,10 +353,9 @@ fn added_tokens(v: &Value) -> Result<Vec<AddedToken>> {
     };
     list.iter()
         .map(|t| {
-            let id = t.get("id").and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok());
-            let content = t.get("content").and_then(Value::as_str);
-            let (Some(id), Some(content)) = (id, content) else {
-                return Err(invalid("an added token without id or content"));
+            let id = token_id(t.get("id").unwrap_or(&Value::Null), &|| "an added token's id".to_string())?;
+            let Some(content) = t.get("content").and_then(Value::as_str) else {
+                return Err(invalid("an added token without content"));
             };
             for option in ["single_word", "lstrip", "rstrip", "normalized"] {
                 if flag(t, option, false) {
@@ -403,13 +402,14 @@ pub(crate) fn read_tokenizer_json(json: &[u8]) -> Result<(Pipeline, BpeTables)> 
     }
     let vocab_map: &Map<String, Value> =
         model.get("vocab").and_then(Value::as_object).ok_or_else(|| invalid("BPE without vocab"))?;
+    // Bounded ids keep the id-indexed table of the section bounded.
     let vocab = vocab_map
         .iter()
-        .map(|(t, id)| {
-            let id = id.as_u64().and_then(|i| u32::try_from(i).ok()).filter(|&i| i != u32::MAX);
-            Ok((t.clone(), id.ok_or_else(|| invalid(format!("vocab entry {t:?} has a bad id")))?))
-        })
+        .map(|(t, id)| Ok((t.clone(), token_id(id, &|| format!("model.vocab[{t:?}]"))?)))
         .collect::<Result<Vec<_>>>()?;
+    if vocab.is_empty() {
+        return Err(invalid("model.vocab is empty"));
+    }
     let merges = model
         .get("merges")
         .and_then(Value::as_array)
@@ -429,13 +429,10 @@ pub(crate) fn read_tokenizer_json(json: &[u8]) -> Result<(Pipeline, BpeTables)> 
         .collect::<Result<Vec<_>>>()?;
     let unk_token = model.get("unk_token").and_then(Value::as_str).map(str::to_string);
     let unk = match &unk_token {
-        Some(u) => Some(
-            vocab_map
-                .get(u)
-                .and_then(Value::as_u64)
-                .and_then(|i| u32::try_from(i).ok())
-                .ok_or_else(|| invalid(format!("unk_token {u:?} is not in the vocabulary")))?,
-        ),
+        Some(u) => Some(match vocab_map.get(u) {
+            Some(id) => token_id(id, &|| format!("unk_token {u:?}"))?,
+            None => return Err(invalid(format!("unk_token {u:?} is not in the vocabulary"))),
+        }),
         None => None,
     };
     let mut pipeline = Pipeline {

@@ -233,6 +233,11 @@ impl Layout {
         let json_at = c.bytes(json_len, "the pipeline")?;
         let pipeline: Pipeline = serde_json::from_slice(&bytes[json_at..json_at + json_len])
             .map_err(|e| TokenizerError::Malformed { what: format!("the pipeline: {e}"), offset: json_at })?;
+        // Added tokens are matched by their first byte; `compile` never
+        // writes an empty one, a crafted section may.
+        if let Some(t) = pipeline.added.iter().find(|t| t.content.is_empty()) {
+            return Err(TokenizerError::Malformed { what: format!("added token {} is empty", t.id), offset: json_at });
+        }
         let blob_len = c.u32("the blob length")? as usize;
         let blob_at = c.bytes(blob_len, "the token texts")?;
         let id_count = c.u32("the id count")? as usize;

@@ -53,6 +53,10 @@ pub enum CompileError {
     /// The options cannot be applied to this model.
     #[error("{0}")]
     Options(String),
+    /// The source's `tokenizer.json` is one no tokenizer of the runtime can
+    /// use (`mlxcel_tokenizer::validate_json`); shown once, not as a source.
+    #[error("tokenizer: {0}")]
+    Tokenizer(mlxcel_tokenizer::TokenizerError),
     /// The surgery is invalid for this model, or failed.
     #[error(transparent)]
     Surgery(#[from] mlxcel_surgery::SurgeryError),

@@ -109,8 +109,11 @@ impl<'a> Compilation<'a> {
 
     /// Tokenizer, first half: the source's tokenizer and generation defaults
     /// (for GGUF this builds `tokenizer.json`), read before the output exists.
+    /// A `tokenizer.json` the runtime could not use is refused here.
     pub(super) fn read_tokenizer(&self) -> Result<SourceTokenizer> {
-        Ok(SourceTokenizer { assets: self.source.tokenizer()?, generation: self.source.generation()? })
+        let assets = self.source.tokenizer()?;
+        mlxcel_tokenizer::validate_json(assets.tokenizer_json.as_bytes()).map_err(CompileError::Tokenizer)?;
+        Ok(SourceTokenizer { assets, generation: self.source.generation()? })
     }
 
     /// Creates the bundle with the model's name, architecture and normalized

@@ -4,6 +4,8 @@
 //! projection. An architecture file says how its layers differ through a
 //! [`DecoderSpec`] and builds each layer's attention and feed-forward.
 
+use std::num::NonZeroUsize;
+
 use mlxcel_arch::ModelConfig;
 use mlxcel_mlx::fast;
 use mlxcel_mlx::{Array, Dtype, Linear};
@@ -11,7 +13,7 @@ use mlxcel_mlx::{Array, Dtype, Linear};
 use super::LanguageModel;
 use super::moe::SparseMoe;
 use crate::error::Result;
-use crate::kv_cache::{BatchCaches, KvCache};
+use crate::kv_cache::{BatchCaches, KvCache, check_window};
 use crate::models::attention::Attention;
 use crate::nn::{Embedding, GatedMlp, RmsNorm};
 use crate::weights::{Scope, Weights};
@@ -111,8 +113,9 @@ pub struct DecoderLayer {
     feed_forward: FeedForward,
     feed_forward_out: Option<RmsNorm>,
     residual: Residual,
-    /// The layer's attention window, if it slides.
-    window: Option<usize>,
+    /// The layer's attention window, if it slides (checked when the layer
+    /// is built: zero or absurd windows are refused there).
+    window: Option<NonZeroUsize>,
 }
 
 impl DecoderLayer {
@@ -136,7 +139,7 @@ impl DecoderLayer {
             feed_forward,
             feed_forward_out: optional(spec.norms.feed_forward_out)?,
             residual: spec.residual,
-            window,
+            window: window.map(|w| check_window("sliding_window", w)).transpose()?,
         })
     }
 
@@ -208,7 +211,7 @@ impl LanguageModel for Decoder {
         }
     }
 
-    fn new_caches(&self, max_kv: Option<usize>) -> Vec<KvCache> {
+    fn new_caches(&self, max_kv: Option<NonZeroUsize>) -> Vec<KvCache> {
         self.layers.iter().map(|l| KvCache::for_layer(l.window, max_kv)).collect()
     }
 

@@ -37,7 +37,7 @@ pub trait LanguageModel {
     fn logits(&self, hidden: &Array) -> Result<Array>;
     /// Fresh caches for one sequence, one per layer; `max_kv` caps global
     /// layers to a window.
-    fn new_caches(&self, max_kv: Option<usize>) -> Vec<KvCache>;
+    fn new_caches(&self, max_kv: Option<std::num::NonZeroUsize>) -> Vec<KvCache>;
     /// Vocabulary size (the logits' last axis).
     fn vocab_size(&self) -> usize;
     /// The longest context the model was trained for.
