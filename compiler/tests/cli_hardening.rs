@@ -50,6 +50,9 @@ fn outputs_that_cannot_or_must_not_be_written_are_refused_before_any_work() {
     std::fs::hard_link(&src, &hard).unwrap();
     let dir = tmp.path().join("d");
     std::fs::create_dir(&dir).unwrap();
+    // A stand-in for a device such as /dev/full: the rename would replace it.
+    let fifo = tmp.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     for (out, expected) in [
         (src.clone(), format!("error: -o/--output {src_s}: is the input {src_s}; the bundle would replace it")),
         (
@@ -57,6 +60,13 @@ fn outputs_that_cannot_or_must_not_be_written_are_refused_before_any_work() {
             format!("error: -o/--output {}: is the input {src_s}; the bundle would replace it", hard.display()),
         ),
         (dir.clone(), format!("error: -o/--output {}: is a directory; give the bundle's file name", dir.display())),
+        (
+            fifo.clone(),
+            format!(
+                "error: -o/--output {}: exists and is not a regular file; give the bundle's file name",
+                fifo.display()
+            ),
+        ),
         (
             PathBuf::from("/nonexistent-dir/x.mlxb"),
             "error: -o/--output /nonexistent-dir/x.mlxb: the directory /nonexistent-dir does not exist".into(),

@@ -130,6 +130,21 @@ fn hugging_face_sources_run_would_refuse_are_refused_by_compile() {
             Box::new(|d| std::fs::write(d.join("generation_config.json"), r#"{"eos_token_id": [2, 9]}"#).unwrap()),
             vec!["eos_token_id 9", "vocabulary of 8 rows"],
         ),
+        (
+            // Refused before it is read into memory.
+            "huge-chat-template",
+            Box::new(|d| std::fs::write(d.join("chat_template.jinja"), vec![b' '; (1 << 20) + 1]).unwrap()),
+            vec!["chat_template.jinja", "larger than the limit"],
+        ),
+        (
+            // Parses, but `run` would spin on it until its fuel runs out.
+            "looping-chat-template",
+            Box::new(|d| {
+                let t = "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}";
+                std::fs::write(d.join("chat_template.jinja"), t).unwrap()
+            }),
+            vec!["chat template", "fuel"],
+        ),
     ];
     for (name, edit, parts) in cases {
         let dir = edited_dir(&tmp, name, edit);

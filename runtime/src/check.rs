@@ -54,6 +54,12 @@ pub fn check_bundle(path: &Path) -> Result<CheckedBundle> {
             message: format!("cannot encode and decode the sample text {SAMPLE_TEXT:?}: {e}"),
         });
     }
+    // `run` renders the template on every turn: one that loops until its
+    // fuel runs out, or fails on a plain user turn, is refused here rather
+    // than at the first message.
+    if let Some(template) = &parts.chat_template {
+        template.validate(parts.tokenizer.bos_text(), parts.tokenizer.eos_text())?;
+    }
     Ok(CheckedBundle {
         tokenizer_ids: parts.tokenizer.vocab_size(),
         compiled_tokenizer: parts.tokenizer.is_compiled(),

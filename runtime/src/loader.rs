@@ -269,31 +269,22 @@ fn load_tokenizer(
     eos: Vec<u32>,
     bos: Option<u32>,
 ) -> Result<(Tokenizer, Option<u32>)> {
-    let from_section = |section: &'static str| {
-        move |e: &dyn std::fmt::Display| Error::BundleTokenizer { section, message: e.to_string() }
-    };
     if let Some(section) = compiled {
         match Tokenizer::from_compiled(section, eos.clone(), bos) {
-            // The compiled layout's id table spans every id it can produce.
             Ok(t) => {
-                let max = t.vocab_size().checked_sub(1).map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+                let max = t.max_token_id();
                 return Ok((t, max));
             }
             // A newer compiler's layout: tokenizer.json still says the same.
             Err(mlxcel_tokenizer::TokenizerError::UnsupportedVersion { .. }) => {}
-            Err(e) => return Err(from_section(kinds::TOKENIZER_COMPILED_KEY)(&e)),
+            Err(e) => {
+                return Err(Error::BundleTokenizer { section: kinds::TOKENIZER_COMPILED_KEY, message: e.to_string() });
+            }
         }
     }
-    let json_error = from_section("tokenizer.json");
-    // `tokenizers` counts a vocabulary's entries, not its largest id: read
-    // the ids themselves (sparse ids are legal JSON).
-    let reference = tokenizers::Tokenizer::from_bytes(json).map_err(|e| json_error(&e))?;
-    let max = reference.get_vocab(true).into_values().max();
-    drop(reference);
-    let tokenizer = Tokenizer::from_json(json, eos, bos).map_err(|e| match e {
-        Error::Tokenizer(message) => json_error(&message),
-        other => other,
-    })?;
+    // Its errors already say they come from the bundle's tokenizer.json.
+    let tokenizer = Tokenizer::from_json(json, eos, bos)?;
+    let max = tokenizer.max_token_id();
     Ok((tokenizer, max))
 }
 

@@ -117,7 +117,10 @@ fn run(args: Args) -> Result<()> {
         chat_template: args
             .chat_template
             .as_ref()
-            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading the chat template {}", p.display())))
+            .map(|p| {
+                let limit = mlxcel_runtime::chat::MAX_TEMPLATE_BYTES as u64;
+                mlxcel_compiler::ingest::read_text(p, limit).context("--chat-template")
+            })
             .transpose()?,
     };
     let total: u64 = source.tensors().iter().map(|t| t.nbytes).sum();
@@ -179,6 +182,13 @@ const STDOUT: &str = "writing to standard output";
 fn check_output(flag: &str, output: &Path) -> Result<()> {
     if output.is_dir() {
         bail!("{flag} {}: is a directory; give the bundle's file name", output.display());
+    }
+    // The finished bundle is renamed over the output: a device, FIFO or
+    // socket there (`-o /dev/full` as root) would be replaced by a file.
+    if let Ok(meta) = std::fs::metadata(output)
+        && !meta.is_file()
+    {
+        bail!("{flag} {}: exists and is not a regular file; give the bundle's file name", output.display());
     }
     let dir = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

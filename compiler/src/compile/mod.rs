@@ -55,8 +55,14 @@ pub enum CompileError {
     Options(String),
     /// The source's `tokenizer.json` is one no tokenizer of the runtime can
     /// use (`mlxcel_tokenizer::validate_json`); shown once, not as a source.
-    #[error("tokenizer: {0}")]
-    Tokenizer(mlxcel_tokenizer::TokenizerError),
+    #[error("{}: tokenizer: {cause}", source_path.display())]
+    Tokenizer {
+        /// The source model (for a GGUF, the `tokenizer.json` built from
+        /// its metadata is what was checked).
+        source_path: PathBuf,
+        /// What the check found (in the message, not `source()`).
+        cause: mlxcel_tokenizer::TokenizerError,
+    },
     /// The surgery is invalid for this model, or failed.
     #[error(transparent)]
     Surgery(#[from] mlxcel_surgery::SurgeryError),

@@ -112,7 +112,8 @@ impl<'a> Compilation<'a> {
     /// A `tokenizer.json` the runtime could not use is refused here.
     pub(super) fn read_tokenizer(&self) -> Result<SourceTokenizer> {
         let assets = self.source.tokenizer()?;
-        mlxcel_tokenizer::validate_json(assets.tokenizer_json.as_bytes()).map_err(CompileError::Tokenizer)?;
+        mlxcel_tokenizer::validate_json(assets.tokenizer_json.as_bytes())
+            .map_err(|cause| CompileError::Tokenizer { source_path: self.source.path().to_path_buf(), cause })?;
         Ok(SourceTokenizer { assets, generation: self.source.generation()? })
     }
 

@@ -131,8 +131,31 @@ fn stack_experts(
     Ok(stacked)
 }
 
+/// The most bytes a config-like JSON file (config.json,
+/// tokenizer_config.json, generation_config.json, the shard index) may
+/// hold: real ones are a few KiB to a few MiB.
+const MAX_CONFIG_BYTES: u64 = 64 << 20;
+
+/// Reads a UTF-8 file of at most `limit` bytes: a larger one is refused
+/// before it is read into memory (a hostile directory could name a
+/// multi-gigabyte "config.json").
+pub fn read_text(path: &Path, limit: u64) -> Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| IngestError::io(path, e))?;
+    let mut bytes = Vec::new();
+    // `take` rather than the file's length: a FIFO or a growing file has none.
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| IngestError::io(path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(IngestError::corrupt(path, limit, format!("the file is larger than the limit of {limit} bytes")));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to() as u64;
+        IngestError::corrupt(path, offset, "not valid UTF-8")
+    })
+}
+
 fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| IngestError::io(path, e))?;
+    let text = read_text(path, MAX_CONFIG_BYTES)?;
     serde_json::from_str(&text)
         .map_err(|e| IngestError::corrupt(path, e.column() as u64, format!("invalid JSON at line {}: {e}", e.line())))
 }
@@ -226,7 +249,7 @@ fn diagnose_header(path: &Path, bytes: &[u8], crate_error: &str) -> IngestError 
             return IngestError::tensor(
                 path,
                 name,
-                data_start + s,
+                data_start.saturating_add(s),
                 format!(
                     "{dtype} {shape:?} needs {size:?} bytes but data_offsets [{s}, {e}] hold {}",
                     e.saturating_sub(s)
@@ -237,7 +260,7 @@ fn diagnose_header(path: &Path, bytes: &[u8], crate_error: &str) -> IngestError 
             return IngestError::tensor(
                 path,
                 name,
-                data_start + s,
+                data_start.saturating_add(s),
                 format!("data_offsets end {e} is past the {data_len}-byte data section (truncated file?)"),
             );
         }
@@ -605,12 +628,12 @@ impl SafetensorsSource {
         if !tj.is_file() {
             return Err(IngestError::missing(&tj, "tokenizer.json (Hugging Face tokenizers format)"));
         }
-        let tokenizer_json = std::fs::read_to_string(&tj).map_err(|e| IngestError::io(&tj, e))?;
+        let tokenizer_json = read_text(&tj, mlxcel_tokenizer::validate::MAX_JSON_BYTES as u64)?;
         let tc_path = self.dir.join("tokenizer_config.json");
         let tokenizer_config = read_json_opt(&tc_path)?.unwrap_or_else(|| json!({}));
         let jinja = self.dir.join("chat_template.jinja");
         let chat_template = if jinja.is_file() {
-            Some(std::fs::read_to_string(&jinja).map_err(|e| IngestError::io(&jinja, e))?)
+            Some(read_text(&jinja, mlxcel_runtime::chat::MAX_TEMPLATE_BYTES as u64)?)
         } else {
             match tokenizer_config.get("chat_template") {
                 Some(Value::String(s)) => Some(s.clone()),

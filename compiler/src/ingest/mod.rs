@@ -40,6 +40,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use error::{IngestError, Result};
+pub use hf::read_text;
 pub use mlxcel_arch::{Architecture, ModelConfig};
 pub use tensor::{AffineTensor, FloatDtype, FloatTensor, Storage, TensorData, TensorInfo};
 
