@@ -149,7 +149,12 @@ fn tokenizer(c: &mut Vec<Case>) {
         let pre = json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false});
         let b = with_tj(edit(&|v| v["pre_tokenizer"] = pre.clone()));
         let prompt = format!("{}!", ["a", "x", "a"][i].repeat(40_000));
-        c.push(run_case(format!("tokenizer-backtracking-regex-{i}"), &b, &prompt, refuse("regex|context")));
+        c.push(run_case(
+            format!("tokenizer-backtracking-regex-{i}"),
+            &b,
+            &prompt,
+            refuse("regex|pre-tokenizer|retry|context"),
+        ));
     }
     for (tag, bytes) in [("empty", b"".to_vec()), ("not-json", b"{\"model\"".to_vec()), ("binary", vec![0xFE; 100])] {
         let b = edited(|b| b.sections = vec![tokenizer_section(bytes.clone())]);

@@ -214,7 +214,7 @@ fn streams(c: &mut Vec<Case>) {
             // A closed pipe: quiet exit (as `head` users expect) or an
             // error; a full disk must be an error naming the output.
             let expect = match stdout {
-                Stdout::DevFull => refuse("output"),
+                Stdout::DevFull => refuse("stdout|output"),
                 _ => Expect::RefuseOrRun(String::new()),
             };
             let mut k = mlxcel(format!("{tag}-stdout-{sname}"), args, expect);
@@ -229,7 +229,7 @@ fn streams(c: &mut Vec<Case>) {
             Tool::Compile,
             &["{dir}/model.gguf", "-o", "{dir}/out.mlxb", "--report"],
             match stdout {
-                Stdout::DevFull => refuse("output"),
+                Stdout::DevFull => refuse("stdout|output"),
                 _ => Expect::RefuseOrRun(String::new()),
             },
         );
@@ -240,7 +240,7 @@ fn streams(c: &mut Vec<Case>) {
     // Interactive chat: a bad line is reported and the session goes on.
     for (tag, input, needle) in [
         ("invalid-utf8", b"\xff\xfe bad\nhello\n".to_vec(), "UTF-8"),
-        ("long-message", [vec![b'a'; 2_000_000], b"\nhello\n".to_vec()].concat(), "long"),
+        ("long-message", [vec![b'a'; 2_000_000], b"\nhello\n".to_vec()].concat(), "context|long"),
         ("nul-bytes", b"he\0llo\nhello\n".to_vec(), ""),
     ] {
         let mut k = mlxcel(
