@@ -50,15 +50,16 @@ FUZZ_CORPUS := fuzz/corpus
 # templates, with the longest input each gets. A run over 10 s or 2 GiB on
 # one input is a crash too (hangs and unbounded expansion are defects).
 FUZZ_INPUT_TARGETS := gguf:262144 safetensors:262144 surgery_yaml:16384 tokenizer:65536 chat_template:16384
-FUZZ_RUN = PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none
+FUZZ_RUN = PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none --debug-assertions
 
 ## Fuzz the bundle reader, the model config reader and the readers of
 ## untrusted inputs (GGUF, safetensors and index.json, surgery YAML, the
 ## compiled tokenizer, chat templates): seed the corpora with valid inputs
 ## (fuzz/seeds/, the bundle crate's make_seeds and the adversarial corpus's
 ## generator), then run each cargo-fuzz target for FUZZ_SECONDS (stable
-## toolchain, no sanitizer). A crash fails the step; its input is left in
-## fuzz/artifacts/ (make it a regression test: docs/reliability.md).
+## toolchain, no sanitizer, debug assertions on so that an integer overflow
+## panics as in the debug binaries). A crash fails the step; its input is
+## left in fuzz/artifacts/ (make it a regression test: docs/reliability.md).
 fuzz:
 	$(CARGO) run -q -p mlxcel-bundle --example make_seeds -- $(FUZZ_CORPUS)/seeds
 	$(CARGO) run -q -p mlxcel-tests --example adversarial_seeds -- $(FUZZ_CORPUS)/seeds

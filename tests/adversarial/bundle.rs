@@ -35,6 +35,7 @@ pub fn tiny() -> Bundle {
         metadata: vec![],
         extensions: vec![],
         major: 1,
+        manifest_patch: None,
     }
 }
 
@@ -380,6 +381,18 @@ fn tensor_table(c: &mut Vec<Case>) {
     c.push(run_case("extension-required-unknown", &b, "hi", refuse("acme.must-understand")));
     let b = edited(|b| b.extensions.push(("acme.optional".into(), false, vec![1, 2, 3])));
     c.push(run_case("extension-optional-unknown", &b, "hello", Expect::Succeed));
+    // Invalid archives behind valid hashes (docs/bundle-format.md §5, §6.1
+    // offsets): an Option tag of 7, a string length past the manifest, a
+    // vector count past it, a relative pointer before its start.
+    for (tag, at, bytes) in [
+        ("option-tag", 24usize, vec![7u8]),
+        ("string-length", 16, 0xFFFF_FF80u32.to_le_bytes().to_vec()),
+        ("vec-count", 52, u32::MAX.to_le_bytes().to_vec()),
+        ("vec-pointer", 48, i32::MIN.to_le_bytes().to_vec()),
+    ] {
+        let b = edited(|b| b.manifest_patch = Some((at, bytes.clone())));
+        c.push(run_case(format!("manifest-invalid-{tag}"), &b, "hi", refuse("manifest")));
+    }
     let b = edited(|b| b.major = 2);
     c.push(run_case("format-major-2", &b, "hi", refuse("version")));
     let b = edited(|b| b.metadata = (0..2000).map(|i| (format!("k{i}"), "v".repeat(100))).collect());

@@ -68,6 +68,10 @@ pub struct Bundle {
     pub extensions: Vec<(String, bool, Vec<u8>)>,
     /// `format_major` (§3).
     pub major: u16,
+    /// Bytes of the manifest overwritten before it is hashed: (offset from
+    /// the root record's start, bytes), for archives that are invalid
+    /// behind a valid hash.
+    pub manifest_patch: Option<(usize, Vec<u8>)>,
 }
 
 /// The archive being written: positions are relative to its start.
@@ -203,7 +207,11 @@ impl Bundle {
         };
         let tensor_regions: Vec<_> = self.tensors.iter().map(|t| place(&t.data)).collect();
         let section_regions: Vec<_> = self.sections.iter().map(|s| place(&s.data)).collect();
-        let manifest = self.manifest(&tensor_regions, &section_regions);
+        let mut manifest = self.manifest(&tensor_regions, &section_regions);
+        if let Some((at, bytes)) = &self.manifest_patch {
+            let root = manifest.len() - 184;
+            manifest[root + at..root + at + bytes.len()].copy_from_slice(bytes);
+        }
         let manifest_offset = file.len() as u64;
         file.extend(&manifest);
         let mut h = Vec::with_capacity(128);

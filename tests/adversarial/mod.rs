@@ -77,6 +77,8 @@ pub struct Case {
     /// The output path (relative to the case directory) that must not exist
     /// afterwards unless the command succeeded; `*.tmp*` siblings never may.
     pub output: Option<String>,
+    /// The most resident memory (MiB) the command may reach, if bounded.
+    pub memory_mb: Option<u64>,
     /// The expected outcome.
     pub expect: Expect,
 }
@@ -96,6 +98,7 @@ impl Case {
             stdout: Stdout::Capture,
             signal: None,
             output: None,
+            memory_mb: None,
             expect,
         }
     }

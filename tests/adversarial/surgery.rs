@@ -47,6 +47,20 @@ pub fn cases() -> Vec<Case> {
             refuse("alias|limit|repetition"),
         ));
     }
+    // Few events, many bytes: one long anchored string and thousands of
+    // aliases of it stay under an event-counting repetition limit while
+    // expanding to about 500 MB of target patterns (the case's memory bound
+    // is 400 MB).
+    for (len, copies) in [(50_000usize, 10_000usize), (100_000, 5_000)] {
+        let yaml = format!(
+            "version: 1\noperations:\n  - op: scale\n    factor: 0.5\n    targets: [&s \"{}\", {}]\n",
+            "x".repeat(len),
+            vec!["*s"; copies].join(", ")
+        );
+        let mut k = case(format!("alias-string-bomb-{len}x{copies}"), yaml, refuse("alias|limit|repetition|size"));
+        k.memory_mb = Some(400);
+        c.push(k);
+    }
     let op = |body: &str| format!("version: 1\noperations:\n  - {body}\n");
     let bodies: Vec<(&str, String, &str)> = vec![
         ("unknown-op", op("op: teleport\n    targets: \"x\""), "teleport"),

@@ -36,6 +36,8 @@ enum Failure {
     Signal,
     /// Still running at the time bound.
     Hang,
+    /// Past the case's memory bound.
+    Memory,
     /// A file under the output name, or a `*.tmp*` beside it.
     Leftover,
     /// An input file changed or vanished.
@@ -57,6 +59,8 @@ struct Outcome {
     status: Option<ExitStatus>,
     /// Whether the case's signal was sent (it finished first otherwise).
     signalled: bool,
+    /// Killed for passing the case's memory bound.
+    over_memory: bool,
     stderr: String,
     stdout: String,
     elapsed: Duration,
@@ -88,12 +92,36 @@ fn expand(arg: &str, dir: &Path) -> String {
     arg.replace("{dir}", dir.to_str().expect("utf-8 temp path")).replace("{smol}", smol().to_str().expect("utf-8 path"))
 }
 
-fn wait_bounded(child: &mut Child, bound: Duration, signal: Option<(i32, u64)>) -> (Option<ExitStatus>, bool) {
+/// Resident memory of a running process, MiB (0 once it is gone).
+fn rss_mb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok());
+    kb.unwrap_or(0) / 1024
+}
+
+/// Waits for `child` up to `bound`, sending the case's signal on time and
+/// killing it past `memory_mb`; returns its status (`None`: killed at the
+/// bound), whether the signal was sent, and whether memory ran over.
+fn wait_bounded(
+    child: &mut Child,
+    bound: Duration,
+    signal: Option<(i32, u64)>,
+    memory_mb: Option<u64>,
+) -> (Option<ExitStatus>, bool, bool) {
     let start = Instant::now();
     let mut signalled = false;
     loop {
         if let Some(status) = child.try_wait().expect("wait for the case") {
-            return (Some(status), signalled);
+            return (Some(status), signalled, false);
+        }
+        if let Some(limit) = memory_mb
+            && rss_mb(child.id()) > limit
+        {
+            let _ = child.kill();
+            return (child.wait().ok(), signalled, true);
         }
         if let Some((sig, ms)) = signal.filter(|_| !signalled)
             && start.elapsed() >= Duration::from_millis(ms)
@@ -104,7 +132,7 @@ fn wait_bounded(child: &mut Child, bound: Duration, signal: Option<(i32, u64)>) 
         if start.elapsed() > bound {
             let _ = child.kill();
             let _ = child.wait();
-            return (None, signalled);
+            return (None, signalled, false);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -154,7 +182,7 @@ fn execute(bin: &Path, args: &[String], dir: &Path, case: &Case) -> Outcome {
         }
         _ => None,
     };
-    let (status, signalled) = wait_bounded(&mut child, TIME_BOUND, case.signal);
+    let (status, signalled, over_memory) = wait_bounded(&mut child, TIME_BOUND, case.signal, case.memory_mb);
     drop(stdin);
     if let Some(w) = writer {
         drop(w.join());
@@ -163,7 +191,14 @@ fn execute(bin: &Path, args: &[String], dir: &Path, case: &Case) -> Outcome {
         let _ = r.join();
     }
     let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
-    Outcome { status, signalled, stderr: read(&err_path), stdout: read(&out_path), elapsed: start.elapsed() }
+    Outcome {
+        status,
+        signalled,
+        over_memory,
+        stderr: read(&err_path),
+        stdout: read(&out_path),
+        elapsed: start.elapsed(),
+    }
 }
 
 /// The error: the first standard error line that says `error`, with the
@@ -262,9 +297,14 @@ fn judge(case: &Case, scratch: &Path) -> Verdict {
     if o.timed_out() {
         failures.push(Failure::Hang);
     }
+    if o.over_memory {
+        failures.push(Failure::Memory);
+        notes.push(format!("over {} MiB of memory", case.memory_mb.unwrap_or(0)));
+    }
     let sent = case.signal.map(|(s, _)| s);
     if let Some(sig) = o.signal()
         && Some(sig) != sent
+        && !o.over_memory
     {
         failures.push(Failure::Signal);
         notes.push(format!("killed by signal {sig}"));
