@@ -43,20 +43,35 @@ isa-check:
 fmt:
 	$(CARGO) fmt --all
 
-# Seconds each fuzz target runs in `make fuzz` (three targets: about a minute and a half in all).
+# Seconds each fuzz target runs in `make fuzz` (eight targets: about four minutes in all).
 FUZZ_SECONDS ?= 30
 FUZZ_CORPUS := fuzz/corpus
+# The targets that take untrusted model sources, surgery files, tokenizers and
+# templates, with the longest input each gets. A run over 10 s or 2 GiB on
+# one input is a crash too (hangs and unbounded expansion are defects).
+FUZZ_INPUT_TARGETS := gguf:262144 safetensors:262144 surgery_yaml:16384 tokenizer:65536 chat_template:16384
+FUZZ_RUN = PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none --debug-assertions
 
-## Fuzz the bundle reader and the model config reader: seed the corpora with
-## valid bundles and configs (fuzz/seeds/), then run each cargo-fuzz target
-## for FUZZ_SECONDS (stable toolchain, no sanitizer). A crash fails the step;
-## its input is left in fuzz/artifacts/ (make it a regression test).
+## Fuzz the bundle reader, the model config reader and the readers of
+## untrusted inputs (GGUF, safetensors and index.json, surgery YAML, the
+## compiled tokenizer, chat templates): seed the corpora with valid inputs
+## (fuzz/seeds/, the bundle crate's make_seeds and the adversarial corpus's
+## generator), then run each cargo-fuzz target for FUZZ_SECONDS (stable
+## toolchain, no sanitizer, debug assertions on so that an integer overflow
+## panics as in the debug binaries). A crash fails the step; its input is
+## left in fuzz/artifacts/ (make it a regression test: docs/reliability.md).
 fuzz:
 	$(CARGO) run -q -p mlxcel-bundle --example make_seeds -- $(FUZZ_CORPUS)/seeds
+	$(CARGO) run -q -p mlxcel-tests --example adversarial_seeds -- $(FUZZ_CORPUS)/seeds
 	mkdir -p $(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/model_config
-	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none open_verify \
+	$(FUZZ_RUN) open_verify \
 		$(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/seeds/open_verify -- -max_total_time=$(FUZZ_SECONDS) -max_len=262144
-	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none manifest \
+	$(FUZZ_RUN) manifest \
 		$(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/seeds/manifest -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536
-	PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none model_config \
+	$(FUZZ_RUN) model_config \
 		$(FUZZ_CORPUS)/model_config fuzz/seeds/model_config -- -max_total_time=$(FUZZ_SECONDS) -max_len=16384
+	set -e; for spec in $(FUZZ_INPUT_TARGETS); do \
+		target=$${spec%%:*}; len=$${spec##*:}; mkdir -p $(FUZZ_CORPUS)/$$target; \
+		$(FUZZ_RUN) $$target $(FUZZ_CORPUS)/$$target $(FUZZ_CORPUS)/seeds/$$target -- \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=$$len -timeout=10 -rss_limit_mb=2048; \
+	done
