@@ -578,6 +578,13 @@ impl ModelConfig {
             ));
         }
         let dims = self.rope_dims();
+        // All of a head rotates: the head's size is what is wrong.
+        if self.partial_rotary_factor == 1.0 && !dims.is_multiple_of(2) {
+            return Err(invalid(
+                "head_dim",
+                format!("{dims} features per head; RoPE rotates pairs and needs an even number"),
+            ));
+        }
         if dims == 0 || !dims.is_multiple_of(2) {
             return Err(invalid(
                 "partial_rotary_factor",

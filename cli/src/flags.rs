@@ -4,7 +4,8 @@
 //! any work starts.
 //!
 //! Numeric flags also set `allow_negative_numbers`, so that `--temp -1` is
-//! read as a (refused) value rather than as an unknown flag `-1`.
+//! read as a (refused) value rather than as an unknown flag `-1`; float
+//! flags set `allow_hyphen_values`, so that `-inf` is a (refused) value too.
 
 use mlxcel_runtime::sampler::Param;
 

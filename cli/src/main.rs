@@ -40,7 +40,7 @@ struct Cli {
 
     /// Threads of mlxcel's CPU kernels [default: MLXCEL_THREADS, else the
     /// physical cores this process may use].
-    #[arg(short = 't', long, global = true, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(short = 't', long, global = true, allow_negative_numbers = true, value_parser = clap::value_parser!(u16).range(1..=4096))]
     threads: Option<u16>,
 
     #[command(subcommand)]
@@ -65,8 +65,9 @@ enum Command {
         #[arg(long)]
         tensors: bool,
     },
-    /// Check every byte of a bundle against its hashes; exits non-zero naming
-    /// each tensor or section that does not match.
+    /// Check every byte of a bundle against its hashes (exits non-zero naming
+    /// each tensor or section that does not match), then that `run` can load
+    /// it: config, tensors, tokenizer, chat template and token ids.
     Verify {
         /// The bundle file.
         bundle: PathBuf,

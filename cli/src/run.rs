@@ -32,29 +32,29 @@ pub struct RunArgs {
           value_parser = flags::count(0, usize::MAX))]
     pub max_tokens: usize,
     /// Sampling temperature; 0 is greedy (default: 0).
-    #[arg(value_name = "T", long = "temp", allow_negative_numbers = true, value_parser = flags::sampling(Param::Temperature))]
+    #[arg(value_name = "T", long = "temp", allow_hyphen_values = true, value_parser = flags::sampling(Param::Temperature))]
     pub temperature: Option<f32>,
     /// Nucleus sampling: keep the most likely tokens up to this mass (0, 1]
     /// (default with --temp: the bundle's, else 1).
-    #[arg(value_name = "P", long, allow_negative_numbers = true, value_parser = flags::sampling(Param::TopP))]
+    #[arg(value_name = "P", long, allow_hyphen_values = true, value_parser = flags::sampling(Param::TopP))]
     pub top_p: Option<f32>,
     /// Keep only the K most likely tokens (0: all; default with --temp: the
     /// bundle's, else 0).
     #[arg(value_name = "K", long, allow_negative_numbers = true, value_parser = flags::count(0, usize::MAX))]
     pub top_k: Option<usize>,
     /// Drop tokens less likely than this fraction of the most likely one [0, 1].
-    #[arg(value_name = "P", long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = flags::sampling(Param::MinP))]
+    #[arg(value_name = "P", long, default_value_t = 0.0, allow_hyphen_values = true, value_parser = flags::sampling(Param::MinP))]
     pub min_p: f32,
     /// Penalise recently generated tokens multiplicatively (1: off; > 0).
-    #[arg(value_name = "R", long, default_value_t = 1.0, allow_negative_numbers = true,
+    #[arg(value_name = "R", long, default_value_t = 1.0, allow_hyphen_values = true,
           value_parser = flags::sampling(Param::RepetitionPenalty))]
     pub repetition_penalty: f32,
     /// Subtract from the logits of recently seen tokens (0: off; [-2, 2]).
-    #[arg(value_name = "P", long, default_value_t = 0.0, allow_negative_numbers = true,
+    #[arg(value_name = "P", long, default_value_t = 0.0, allow_hyphen_values = true,
           value_parser = flags::sampling(Param::PresencePenalty))]
     pub presence_penalty: f32,
     /// Subtract per occurrence of recently seen tokens (0: off; [-2, 2]).
-    #[arg(value_name = "F", long, default_value_t = 0.0, allow_negative_numbers = true,
+    #[arg(value_name = "F", long, default_value_t = 0.0, allow_hyphen_values = true,
           value_parser = flags::sampling(Param::FrequencyPenalty))]
     pub frequency_penalty: f32,
     /// Random seed (default: a fresh one each run).

@@ -1,4 +1,5 @@
-//! `mlxcel verify`: hash every byte with a progress bar.
+//! `mlxcel verify`: hash every byte with a progress bar, then run the
+//! runtime's whole-bundle check (what `run` would refuse, without computing).
 
 use std::path::Path;
 
@@ -31,14 +32,25 @@ pub fn run(out: &Stdout, path: &Path) -> Result<()> {
     });
     bar.finish_and_clear();
     match result {
-        Ok(report) => out.line(&format!(
-            "OK {}: {} bytes verified ({} tensors, {} sections), root hash {}",
-            path.display(),
-            report.checked_bytes,
-            report.tensors,
-            report.sections,
-            hex(&bundle.root_hash())
-        )),
+        Ok(report) => {
+            // The bytes are the ones hashed; now what `run` builds from them
+            // (config, tensors, tokenizer, chat template under its fuel,
+            // generation defaults, token ids against the embedding).
+            mlxcel_runtime::check::check_bundle(path).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: every byte matches its hash, but `run` would refuse the bundle: {e}",
+                    path.display()
+                )
+            })?;
+            out.line(&format!(
+                "OK {}: {} bytes verified ({} tensors, {} sections), root hash {}",
+                path.display(),
+                report.checked_bytes,
+                report.tensors,
+                report.sections,
+                hex(&bundle.root_hash())
+            ))
+        }
         Err(BundleError::VerifyFailed { failures }) => {
             for failure in &failures {
                 note!("MISMATCH {failure}");

@@ -14,8 +14,9 @@ use mlxcel_arch::ModelConfig;
 use mlxcel_bundle::Bundle;
 use mlxcel_mlx::Dtype;
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::loader::{GenerationDefaults, build_parts};
+use crate::loader::{GenerationDefaults, LoadOptions, build_parts, load};
 
 /// Text every tokenizer must encode and decode: letters, digits,
 /// punctuation, spaces, accented and CJK characters, an emoji.
@@ -66,6 +67,62 @@ pub fn check_bundle(path: &Path) -> Result<CheckedBundle> {
         config: parts.config,
         weight_bytes: parts.weight_bytes,
     })
+}
+
+/// Checks that the bundle at `path` computes: every float tensor (weights,
+/// norms, the scales and biases of quantized weights) holds only finite
+/// numbers, and the model's first step (the sample text's first tokens,
+/// in f32) gives finite logits. A bundle whose weights hold NaN or
+/// infinities (a GGUF whose tensor type does not match its bytes) passes
+/// every structural check and then generates nothing. Costs a scan of the
+/// float tensors, one load and one short forward pass; `mlxcel-compile`
+/// runs it after [`check_bundle`].
+pub fn check_numerics(path: &Path) -> Result<()> {
+    let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
+    for tensor in bundle.tensors() {
+        let bad = non_finite(tensor.dtype(), tensor.data());
+        if bad > 0 {
+            // A quantized weight's scales are named for the weight.
+            let name = tensor.name();
+            let owner =
+                bundle.tensors().find(|t| t.quantization().is_some_and(|q| q.scales == name || q.biases == Some(name)));
+            let tensor = match owner {
+                Some(w) => format!("{} (its {name})", w.name()),
+                None => name.to_string(),
+            };
+            return Err(Error::NonFiniteWeights { tensor, count: bad });
+        }
+    }
+    drop(bundle);
+    let options = LoadOptions { compute_dtype: Some(Dtype::F32), ..LoadOptions::default() };
+    let mut model = load(path, &options)?;
+    let mut ids = model.tokenizer.encode(SAMPLE_TEXT, true)?;
+    // A few tokens reach every layer; a tiny context may hold fewer.
+    ids.truncate(model.backend.context_length().clamp(1, 4));
+    if ids.is_empty() {
+        ids.push(0);
+    }
+    let seq = model.backend.new_sequence();
+    let logits = model.backend.prefill(seq, &ids, true)?.unwrap_or_default();
+    model.backend.release_sequence(seq);
+    let bad = logits.iter().filter(|x| !x.is_finite()).count();
+    if bad > 0 || logits.is_empty() {
+        return Err(Error::NonFiniteLogits { tokens: ids.len(), bad, vocab: logits.len() });
+    }
+    Ok(())
+}
+
+/// How many values of a float tensor's bytes are NaN or infinite (0 for
+/// other dtypes): an exponent of all ones.
+fn non_finite(dtype: mlxcel_bundle::Dtype, data: &[u8]) -> usize {
+    use mlxcel_bundle::Dtype as D;
+    let count16 = |mask: u16| data.chunks_exact(2).filter(|b| u16::from_le_bytes([b[0], b[1]]) & mask == mask).count();
+    match dtype {
+        D::F32 => data.chunks_exact(4).filter(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()).count(),
+        D::F16 => count16(0x7C00),
+        D::Bf16 => count16(0x7F80),
+        _ => 0,
+    }
 }
 
 /// Checks that every token id the bundle can produce has a row in the

@@ -50,6 +50,9 @@ impl GenerationDefaults {
     pub fn from_json(text: &str) -> Result<GenerationDefaults> {
         let bad = |key: &str, message: String| Error::Bundle(format!("generation defaults: {key}: {message}"));
         let v: Value = serde_json::from_str(text).map_err(|e| Error::Bundle(format!("generation defaults: {e}")))?;
+        if !v.is_object() {
+            return Err(Error::Bundle(format!("generation defaults: {} is not a JSON object", json_kind(&v))));
+        }
         let id = |key: &str, x: &Value| -> Result<u32> {
             x.as_u64()
                 .and_then(|n| u32::try_from(n).ok())
@@ -87,6 +90,18 @@ impl GenerationDefaults {
             top_p: top_p.map(|x| x as f32),
             top_k: top_k.map(|x| x as usize),
         })
+    }
+}
+
+/// What kind of JSON value `v` is, for an error.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

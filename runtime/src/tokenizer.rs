@@ -160,7 +160,7 @@ impl Tokenizer {
     pub fn max_token_id(&self) -> Option<u32> {
         match &self.inner {
             Inner::Compiled(t) => t.max_token_id(),
-            Inner::Json(t, guard) => t.get_vocab(true).into_values().chain(guard.post_processor_max_id).max(),
+            Inner::Json(t, guard) => t.get_vocab(true).into_values().chain(guard.declared_max_id).max(),
         }
     }
 }

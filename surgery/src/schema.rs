@@ -305,16 +305,40 @@ impl Surgery {
                 },
                 _ => "?".into(),
             };
-            let op: Operation = value.deserialize_into().map_err(|e| SurgeryError::Operation {
-                index: i + 1,
-                op: op_name,
-                line,
-                message: e.to_string(),
-            })?;
+            let error = |message: String| SurgeryError::Operation { index: i + 1, op: op_name.clone(), line, message };
+            if let Some(message) = non_numeric_multiplier(&value) {
+                return Err(error(message));
+            }
+            let op: Operation = value.deserialize_into().map_err(|e| error(e.to_string()))?;
             operations.push((op, line));
         }
         Ok(Surgery { yaml: yaml.to_string(), base_dir: base_dir.to_path_buf(), operations })
     }
+}
+
+/// The numeric fields of operations. An internally tagged enum's type
+/// errors do not say which field they are in ("Invalid type sequence.
+/// Expected f64"), so these are checked first, by name.
+const NUMERIC_FIELDS: [&str; 3] = ["factor", "alpha", "ratio"];
+
+/// Names a numeric field of `op` whose value is not a number.
+fn non_numeric_multiplier(op: &serde_value::Value) -> Option<String> {
+    use serde_value::Value as V;
+    let serde_value::Value::Map(map) = op else { return None };
+    NUMERIC_FIELDS.iter().find_map(|&key| {
+        let value = map.get(&V::String(key.into()))?;
+        let kind = match value {
+            V::U8(_) | V::U16(_) | V::U32(_) | V::U64(_) | V::I8(_) | V::I16(_) | V::I32(_) | V::I64(_) => return None,
+            V::F32(_) | V::F64(_) => return None,
+            V::String(s) => format!("the string {s:?}"),
+            V::Unit | V::Option(None) => "nothing (null)".to_string(),
+            V::Seq(_) => "a list".to_string(),
+            V::Map(_) => "a mapping".to_string(),
+            V::Bool(b) => format!("the boolean {b}"),
+            other => format!("{other:?}"),
+        };
+        Some(format!("{key}: must be a number, found {kind}"))
+    })
 }
 
 /// The 1-based line where each item of the top-level `operations:` block

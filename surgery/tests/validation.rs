@@ -91,6 +91,15 @@ fn operation_errors_name_index_op_and_line() {
             "  - op: scale\n    targets: model.norm.weight\n    facter: 2\n",
             "surgery operation #1 (scale, line 3): Unknown field facter. Expected one of targets, factor",
         ),
+        // A value of the wrong type names its field.
+        (
+            "  - op: scale\n    targets: model.norm.weight\n    factor: ~\n",
+            "surgery operation #1 (scale, line 3): factor: must be a number, found nothing (null)",
+        ),
+        (
+            "  - op: scale\n    targets: model.norm.weight\n    factor: [1, 2]\n",
+            "surgery operation #1 (scale, line 3): factor: must be a number, found a list",
+        ),
         // A bad glob; a glob matching nothing.
         (
             "  - op: scale\n    targets: \"model.[norm\"\n    factor: 2\n",

@@ -33,8 +33,17 @@ fn run_flag(flag: &str, value: &str) -> Case {
         ("--max-kv-size", "1"),
         ("--max-kv-size", "18446744073709551615"),
     ];
+    // Presence and frequency penalties are in [-2, 2] as in OpenAI's API:
+    // -1 lowers them, and must be taken.
+    let legal = [("--presence-penalty", "-1"), ("--frequency-penalty", "-1")];
     let needle = flag_needle(flag);
-    let expect = if either.contains(&(flag, value)) { Expect::RefuseOrRun(needle) } else { Expect::Refuse(needle) };
+    let expect = if legal.contains(&(flag, value)) {
+        Expect::Succeed
+    } else if either.contains(&(flag, value)) {
+        Expect::RefuseOrRun(needle)
+    } else {
+        Expect::Refuse(needle)
+    };
     mlxcel(format!("run{flag}={value}"), &args, expect)
 }
 

@@ -174,7 +174,8 @@ pub fn cases() -> Vec<Case> {
                 "version: 1\noperations:\n  - op: scale\n    targets: \"{}\"\n    factor: 0.5\n",
                 "a".repeat(2_000_000)
             ),
-            "targets",
+            // Over the 1 MiB limit: refused before it is parsed.
+            "limit",
         ),
         (
             "many-operations",

@@ -52,6 +52,14 @@ pub fn validate_json(tokenizer_json: &[u8]) -> Result<TokenizerFacts> {
     }
     let root: Value = serde_json::from_slice(tokenizer_json).map_err(|e| invalid(format!("not JSON: {e}")))?;
     let model = root.get("model").filter(|m| m.is_object()).ok_or_else(|| invalid("no \"model\" object"))?;
+    // `tokenizers` says only "data did not match any variant of untagged
+    // enum ModelUntagged" of an unknown model.
+    const MODELS: [&str; 4] = ["BPE", "Unigram", "WordLevel", "WordPiece"];
+    if let Some(kind) = model.get("type")
+        && !kind.as_str().is_some_and(|k| MODELS.contains(&k))
+    {
+        return Err(invalid(format!("model.type: {kind} is not one of {}", MODELS.join(", "))));
+    }
     let (vocab_entries, mut max_id) = vocab_ids(model)?;
     if let Some(added) = root.get("added_tokens").and_then(Value::as_array) {
         for (i, t) in added.iter().enumerate() {
@@ -170,8 +178,12 @@ pub struct JsonGuard {
     /// The `Split` pre-tokenizer regexes, bounded: searching a text with
     /// them first turns what would panic in `tokenizers` into an error.
     pub split_regexes: Vec<SplitRegex>,
-    /// The largest id the post-processor adds, if it adds any.
-    pub post_processor_max_id: Option<u32>,
+    /// The largest id `added_tokens` and the post-processor declare, if
+    /// any. `tokenizers` maps an added token whose text is already in the
+    /// vocabulary onto that entry and ignores its id; the declared id is
+    /// counted anyway, so load refuses what [`validate_json`] (compile)
+    /// refuses.
+    pub declared_max_id: Option<u32>,
 }
 
 /// Reads the [`JsonGuard`] of `tokenizer_json` (only its pre-tokenizer and
@@ -183,6 +195,8 @@ pub fn json_guard(tokenizer_json: &[u8]) -> Result<JsonGuard> {
         pre_tokenizer: Value,
         #[serde(default)]
         post_processor: Value,
+        #[serde(default)]
+        added_tokens: Value,
     }
     let parts: Parts = serde_json::from_slice(tokenizer_json).map_err(|e| invalid(format!("not JSON: {e}")))?;
     let mut regexes = Vec::new();
@@ -190,11 +204,15 @@ pub fn json_guard(tokenizer_json: &[u8]) -> Result<JsonGuard> {
         regexes.push(SplitRegex::new(pattern)?);
         Ok(())
     })?;
-    let mut post_processor_max_id = None;
+    let mut declared_max_id = None;
+    for (i, t) in parts.added_tokens.as_array().into_iter().flatten().enumerate() {
+        let id = token_id(t.get("id").unwrap_or(&Value::Null), &|| format!("added_tokens[{i}].id"))?;
+        declared_max_id = declared_max_id.max(Some(id));
+    }
     post_processor_ids(&parts.post_processor, &mut |id, field| {
         let id = token_id(id, &|| format!("post_processor {field}"))?;
-        post_processor_max_id = post_processor_max_id.max(Some(id));
+        declared_max_id = declared_max_id.max(Some(id));
         Ok(())
     })?;
-    Ok(JsonGuard { split_regexes: regexes, post_processor_max_id })
+    Ok(JsonGuard { split_regexes: regexes, declared_max_id })
 }

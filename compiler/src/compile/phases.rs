@@ -299,8 +299,11 @@ impl<'a> Compilation<'a> {
         // The runtime's view of the finished file, before it gets its name:
         // compile accepts only what `run` can load.
         let sealed = w.seal()?;
-        mlxcel_runtime::check::check_bundle(sealed.temporary_path())
-            .map_err(|error| CompileError::Check { source_path: self.source.path().to_path_buf(), error })?;
+        let check = |error| CompileError::Check { source_path: self.source.path().to_path_buf(), error };
+        mlxcel_runtime::check::check_bundle(sealed.temporary_path()).map_err(check)?;
+        // Structure alone does not say the weights compute: scan the floats,
+        // run one step.
+        mlxcel_runtime::check::check_numerics(sealed.temporary_path()).map_err(check)?;
         Ok((sealed.persist()?, report))
     }
 }
