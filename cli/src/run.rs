@@ -83,20 +83,15 @@ pub struct RunArgs {
 impl RunArgs {
     /// The sampling parameters: the flags, and with `--temp` the bundle's
     /// top-k and top-p defaults where no flag gives them. The flags were
-    /// checked when parsed; a default the bundle gives is checked here and
-    /// blamed on the bundle, never on a flag the user did not pass.
+    /// checked when parsed, the bundle's defaults when it was loaded.
     fn sampling(&self, model: &ModelInfo) -> Result<SamplingParams> {
         let d = &model.defaults;
         let sampled = self.temperature.is_some();
         let top_p = match (self.top_p, d.top_p) {
             (Some(flag), _) => flag,
-            (None, Some(default)) if sampled => Param::TopP.check(default).map_err(|_| {
-                anyhow!(
-                    "bundle {}: generation defaults: top_p = {default} is not {} (pass --top-p to override it)",
-                    self.bundle.display(),
-                    Param::TopP.requirement()
-                )
-            })?,
+            // Load refused a bundle whose defaults are out of range, naming
+            // the bundle (never a flag the user did not pass).
+            (None, Some(default)) if sampled => default,
             _ => 1.0,
         };
         let params = SamplingParams {

@@ -103,13 +103,17 @@ fn inspect_json_is_machine_readable() {
 }
 
 #[test]
-fn verify_passes_on_a_good_bundle() {
+fn verify_checks_the_hashes_then_what_run_would_load() {
+    // The fixture's bytes match their hashes, but it is no model `run` can
+    // load (one stray tensor, a tokenizer.json without a model): verify
+    // says both.
     let dir = tempfile::tempdir().unwrap();
     let path = write_fixture(dir.path());
     let out = mlxcel(&["verify", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("OK ") && stdout.contains("4 tensors, 2 sections"), "{stdout}");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("every byte matches its hash, but `run` would refuse the bundle"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 #[test]

@@ -149,7 +149,7 @@ fn the_command_line() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown quantization \"q7\""));
     let out = mlxcel_compile(&[gguf.to_str().unwrap(), "--chat-template", "/nonexistent/t.jinja"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reading the chat template /nonexistent/t.jinja"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--chat-template: /nonexistent/t.jinja: No such file"));
     let out = mlxcel_compile(&["/nonexistent/model.gguf"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/model.gguf"));
     // The default output name, and --report's table.

@@ -29,11 +29,20 @@ pub struct Tokenizer {
 }
 
 fn compiled_error(e: mlxcel_tokenizer::TokenizerError) -> Error {
-    Error::Tokenizer(format!("the bundle's compiled tokenizer: {e}"))
+    Error::BundleTokenizer { section: mlxcel_bundle::kinds::TOKENIZER_COMPILED_KEY, message: e.to_string() }
 }
 
 fn json_error(e: impl std::fmt::Display) -> Error {
-    Error::Tokenizer(format!("the bundle's tokenizer.json: {e}"))
+    Error::BundleTokenizer { section: "tokenizer.json", message: e.to_string() }
+}
+
+/// A [`json_guard`](mlxcel_tokenizer::json_guard) error without its own
+/// "tokenizer.json:" (the section already says it).
+fn guard_error(e: mlxcel_tokenizer::TokenizerError) -> Error {
+    match e {
+        mlxcel_tokenizer::TokenizerError::InvalidJson(message) => json_error(message),
+        other => json_error(other),
+    }
 }
 
 /// Runs a `tokenizers` call, turning a panic inside it (onig's
@@ -56,7 +65,7 @@ impl Tokenizer {
     /// Loads `tokenizer.json` bytes; `eos` are the ids that end a generation,
     /// `bos`/`eos` texts are what chat templates call `bos_token`/`eos_token`.
     pub fn from_json(json: &[u8], eos: Vec<u32>, bos: Option<u32>) -> Result<Tokenizer> {
-        let guard = mlxcel_tokenizer::json_guard(json).map_err(json_error)?;
+        let guard = mlxcel_tokenizer::json_guard(json).map_err(guard_error)?;
         let inner = tokenizers::Tokenizer::from_bytes(json).map_err(json_error)?;
         Tokenizer::with_specials(Inner::Json(Box::new(inner), Box::new(guard)), eos, bos)
     }
@@ -242,7 +251,7 @@ mod tests {
         let err = t.encode(&format!("{}!", "a".repeat(5000)), false).unwrap_err().to_string();
         assert!(
             err.starts_with(
-                r#"tokenizer: the bundle's tokenizer.json: regex "(\\w+\\s?)*$" gave up searching from byte 0"#
+                r#"the bundle's tokenizer.json section: regex "(\\w+\\s?)*$" gave up searching from byte 0"#
             ),
             "{err}"
         );
