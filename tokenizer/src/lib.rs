@@ -30,7 +30,7 @@ pub use error::{Result, TokenizerError};
 use pipeline::{Pipeline, PreTokenizer, SplitPattern};
 pub use regex::SplitRegex;
 use tables::Layout;
-pub use validate::{JsonGuard, MAX_TOKEN_ID, TokenizerFacts, json_guard, validate_json};
+pub use validate::{JsonGuard, MAX_TOKEN_ID, TokenizerFacts, json_guard, validate_json, validate_json_fields};
 
 /// Compiles `tokenizer.json` into the section bytes, or says which part of
 /// it the compiled tokenizer does not support.

@@ -42,8 +42,21 @@ pub(crate) fn token_id(v: &Value, field: &dyn Fn() -> String) -> Result<u32> {
     }
 }
 
-/// Checks `tokenizer_json` (see the module); the error names the field.
+/// Checks `tokenizer_json` (see the module), `tokenizers` loading it
+/// included; the error names the field.
 pub fn validate_json(tokenizer_json: &[u8]) -> Result<TokenizerFacts> {
+    let facts = validate_json_fields(tokenizer_json)?;
+    // What the runtime does with a bundle whose tokenizer this crate does
+    // not compile; its refusal is the file's.
+    tokenizers::Tokenizer::from_bytes(tokenizer_json)
+        .map_err(|e| invalid(format!("the tokenizers library refuses it: {e}")))?;
+    Ok(facts)
+}
+
+/// [`validate_json`] but for `tokenizers`' own load (about half a second
+/// for a 262k vocabulary): for a caller that loads it next anyway, as
+/// [`crate::verify::compile_checked`] does.
+pub fn validate_json_fields(tokenizer_json: &[u8]) -> Result<TokenizerFacts> {
     if tokenizer_json.len() > MAX_JSON_BYTES {
         return Err(invalid(format!("{} bytes is more than the limit of {MAX_JSON_BYTES}", tokenizer_json.len())));
     }
@@ -76,10 +89,6 @@ pub fn validate_json(tokenizer_json: &[u8]) -> Result<TokenizerFacts> {
     if let Some(p) = root.get("pre_tokenizer") {
         split_regexes(p, &mut |pattern| check_probes(&SplitRegex::new(pattern)?))?;
     }
-    // What the runtime does with a bundle whose tokenizer this crate does
-    // not compile; its refusal is the file's.
-    tokenizers::Tokenizer::from_bytes(tokenizer_json)
-        .map_err(|e| invalid(format!("the tokenizers library refuses it: {e}")))?;
     Ok(TokenizerFacts { max_token_id: max_id, vocab_entries })
 }
 

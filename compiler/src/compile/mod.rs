@@ -156,8 +156,9 @@ pub fn builtin_chat_template(a: Architecture) -> Option<&'static str> {
 /// calling `progress` before each tensor.
 ///
 /// Every check (options, surgery, per-tensor plans) runs before the output
-/// file is created; the tokenizer compiles (and is checked against
-/// `tokenizers`, about a second for a 262k vocabulary) on a second thread
+/// file is created; the tokenizer is validated and compiles (checked
+/// against `tokenizers`, about two seconds for a 262k vocabulary) on a
+/// second thread
 /// while the tensors stream.
 pub fn compile(
     source: &SourceModel,
@@ -172,14 +173,19 @@ pub fn compile(
     let jobs = c.plan(surgery_plan.as_ref())?;
     let tokenizer = c.read_tokenizer()?;
     std::thread::scope(|scope| {
-        let compiled_tokenizer =
-            scope.spawn(|| mlxcel_tokenizer::verify::compile_checked(tokenizer.assets.tokenizer_json.as_bytes()));
+        let compiled_tokenizer = scope.spawn(|| c.compile_tokenizer(&tokenizer));
         let mut w = c.create(output, surgery_plan.as_ref())?;
         c.tokenizer(&mut w, &tokenizer)?;
         c.chat_template(&mut w, &tokenizer);
         let tensors = c.tensors(&mut w, &jobs, surgery_plan.as_ref(), progress)?;
         c.provenance(&mut w, &tensors, surgery_plan.as_ref())?;
-        let (written, tokenizer) = c.write(w, compiled_tokenizer.join())?;
+        // A tokenizer.json the runtime could not use fails the compile; the
+        // temporary file goes with the writer.
+        let compiled_tokenizer = match compiled_tokenizer.join() {
+            Ok(checked) => Ok(checked?),
+            Err(panic) => Err(panic),
+        };
+        let (written, tokenizer) = c.write(w, compiled_tokenizer)?;
         Ok(CompileReport { written, tokenizer, tensors, elapsed: start.elapsed() })
     })
 }

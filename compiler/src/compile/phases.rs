@@ -109,12 +109,28 @@ impl<'a> Compilation<'a> {
 
     /// Tokenizer, first half: the source's tokenizer and generation defaults
     /// (for GGUF this builds `tokenizer.json`), read before the output exists.
-    /// A `tokenizer.json` the runtime could not use is refused here.
+    /// Token ids were checked against the vocabulary when read.
     pub(super) fn read_tokenizer(&self) -> Result<SourceTokenizer> {
         let assets = self.source.tokenizer()?;
-        mlxcel_tokenizer::validate_json(assets.tokenizer_json.as_bytes())
-            .map_err(|cause| CompileError::Tokenizer { source_path: self.source.path().to_path_buf(), cause })?;
         Ok(SourceTokenizer { assets, generation: self.source.generation()? })
+    }
+
+    /// Refuses a `tokenizer.json` no tokenizer of the runtime could use
+    /// (`mlxcel_tokenizer::validate_json_fields`: ids, merges, regexes that
+    /// give up), then compiles it, checked token for token against
+    /// `tokenizers`. Runs on a thread of its own while the tensors stream
+    /// (about a second and a half for a 262k vocabulary). The inner error
+    /// is the compiled tokenizer's alone, which the bundle can do without;
+    /// a file `tokenizers` refuses too is refused by the check before the
+    /// rename (the runtime loads it then).
+    pub(super) fn compile_tokenizer(
+        &self,
+        tokenizer: &SourceTokenizer,
+    ) -> Result<std::result::Result<Vec<u8>, mlxcel_tokenizer::TokenizerError>> {
+        let json = tokenizer.assets.tokenizer_json.as_bytes();
+        mlxcel_tokenizer::validate_json_fields(json)
+            .map_err(|cause| CompileError::Tokenizer { source_path: self.source.path().to_path_buf(), cause })?;
+        Ok(mlxcel_tokenizer::verify::compile_checked(json))
     }
 
     /// Creates the bundle with the model's name, architecture and normalized
