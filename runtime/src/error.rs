@@ -60,20 +60,6 @@ pub enum Error {
         /// How many values.
         count: usize,
     },
-    /// The model's first step gave logits that are not finite
-    /// ([`crate::check::check_numerics`]).
-    #[error(
-        "the model's first step ({tokens} tokens, f32) gave {bad} of {vocab} logits that are not finite numbers: \
-         its activations overflow"
-    )]
-    NonFiniteLogits {
-        /// Tokens run.
-        tokens: usize,
-        /// Logits that are NaN or infinite.
-        bad: usize,
-        /// Logits in all.
-        vocab: usize,
-    },
     /// The chat template failed to render.
     #[error("chat template: {0}")]
     ChatTemplate(String),

@@ -317,8 +317,8 @@ impl<'a> Compilation<'a> {
         let sealed = w.seal()?;
         let check = |error| CompileError::Check { source_path: self.source.path().to_path_buf(), error };
         mlxcel_runtime::check::check_bundle(sealed.temporary_path()).map_err(check)?;
-        // Structure alone does not say the weights compute: scan the floats,
-        // run one step.
+        // Structure alone does not say the weights are numbers: scan the
+        // floats.
         mlxcel_runtime::check::check_numerics(sealed.temporary_path()).map_err(check)?;
         Ok((sealed.persist()?, report))
     }
