@@ -140,6 +140,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         },
         // One conversation: one sequence at a time.
         max_batch: 1,
+        prefill_chunk: args.prefill_chunk,
+        ..EngineOptions::default()
     };
     let engine = Engine::load(&args.bundle, options).with_context(|| format!("loading {}", args.bundle.display()))?;
     if interrupted.load(Ordering::SeqCst) {
@@ -273,7 +275,7 @@ fn print_events(out: &Stdout, generating: Generating) -> Result<Generation> {
     let (mut text, mut tokens, mut logprobs) = (String::new(), Vec::new(), Vec::new());
     for event in generating {
         match event {
-            Event::Token { token, logprob, text: piece } => {
+            Event::Token { token, logprob, text: piece, .. } => {
                 tokens.push(token);
                 logprobs.push(logprob);
                 out.write(&piece)?;

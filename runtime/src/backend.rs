@@ -76,10 +76,6 @@ impl MlxBackend {
         Ok(MlxBackend { model, options, max_kv, sequences: HashMap::new(), next_id: 0 })
     }
 
-    fn caches(&mut self, seq: SeqId) -> Result<&mut Vec<KvCache>> {
-        self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))
-    }
-
     /// Refuses a step that would take `seq` past the context.
     fn check_room(&self, seq: SeqId, new: usize) -> Result<()> {
         let pos = self.position(seq)?;
@@ -218,7 +214,7 @@ impl Backend for MlxBackend {
 
 impl MlxBackend {
     /// Bytes held by a sequence's KV cache.
-    pub fn cache_bytes(&mut self, seq: SeqId) -> Result<usize> {
-        Ok(self.caches(seq)?.iter().map(KvCache::nbytes).sum())
+    pub fn cache_bytes(&self, seq: SeqId) -> Result<usize> {
+        Ok(self.sequences.get(&seq).ok_or(Error::UnknownSequence(seq))?.iter().map(KvCache::nbytes).sum())
     }
 }

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -39,12 +39,61 @@ pub struct EngineOptions {
     pub load: LoadOptions,
     /// The most sequences decoded together; more requests wait their turn.
     pub max_batch: usize,
+    /// The most requests waiting for a slot; [`Engine::submit`] refuses
+    /// more with [`Error::QueueFull`].
+    pub max_waiting: usize,
+    /// Prompt tokens prefilled between two decode steps, so that running
+    /// streams keep flowing while a long prompt is read.
+    pub prefill_chunk: usize,
+    /// The most tokens one sequence may hold (prompt and generation); at
+    /// most the model's context (`None`: the model's context).
+    pub context: Option<usize>,
+    /// Bytes of KV cache the running sequences may hold together (`None`:
+    /// no limit). A request waits until its KV cache fits, and is refused
+    /// with [`Error::KvBudget`] when it could never fit.
+    pub kv_budget: Option<u64>,
+    /// Bytes of KV state kept from finished requests for later ones that
+    /// share their prefix (0: no prefix cache); least recently used first out.
+    pub prefix_cache: u64,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { load: LoadOptions::default(), max_batch: 8 }
+        EngineOptions {
+            load: LoadOptions::default(),
+            max_batch: 8,
+            max_waiting: 256,
+            prefill_chunk: 256,
+            context: None,
+            kv_budget: None,
+            prefix_cache: 0,
+        }
     }
+}
+
+/// A snapshot of what the engine is doing ([`Engine::stats`]), for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Sequences being prefilled or decoded.
+    pub running: usize,
+    /// Requests waiting for a slot.
+    pub waiting: usize,
+    /// Bytes of KV cache the running sequences hold.
+    pub kv_bytes: u64,
+    /// Positions the running sequences hold.
+    pub kv_tokens: u64,
+    /// Bytes of KV state in the prefix cache.
+    pub prefix_cache_bytes: u64,
+    /// Entries in the prefix cache.
+    pub prefix_cache_entries: usize,
+    /// Requests that reused a cached prefix.
+    pub prefix_cache_hits: u64,
+    /// Requests that found no cached prefix to reuse.
+    pub prefix_cache_misses: u64,
+    /// Prompt tokens taken from the prefix cache instead of prefilled.
+    pub prefix_cache_tokens: u64,
+    /// Decode steps run.
+    pub decode_steps: u64,
 }
 
 /// What the engine's callers need to know about the model, and use without
@@ -54,6 +103,9 @@ pub struct ModelInfo {
     pub name: String,
     /// The bundle's architecture name.
     pub architecture: String,
+    /// The most tokens a sequence may hold (the model's context, or less
+    /// when the engine was asked: [`EngineOptions::context`]).
+    pub context: usize,
     /// The normalized config.
     pub config: ModelConfig,
     /// The tokenizer.
@@ -71,7 +123,7 @@ pub struct ModelInfo {
 impl ModelInfo {
     /// The most tokens a sequence may hold.
     pub fn context_length(&self) -> usize {
-        self.config.max_position_embeddings
+        self.context
     }
 
     /// The prompt tokens of a conversation, through the chat template, ending
@@ -118,6 +170,9 @@ pub enum Event {
         token: u32,
         /// Its log-probability under the model.
         logprob: f32,
+        /// The most likely tokens at this step and their log-probabilities
+        /// ([`GenerationOptions::top_logprobs`] of them, most likely first).
+        top_logprobs: Vec<(u32, f32)>,
         /// The text it adds.
         text: String,
     },
@@ -168,7 +223,7 @@ impl Generating {
         let (mut text, mut tokens, mut logprobs) = (String::new(), Vec::new(), Vec::new());
         for event in self {
             match event {
-                Event::Token { token, logprob, text: piece } => {
+                Event::Token { token, logprob, text: piece, .. } => {
                     tokens.push(token);
                     logprobs.push(logprob);
                     text.push_str(&piece);
@@ -218,7 +273,18 @@ pub struct Engine {
     commands: Sender<Command>,
     model: Arc<ModelInfo>,
     max_batch: usize,
+    max_waiting: usize,
+    shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// State the engine thread publishes to its handles.
+#[derive(Default)]
+struct Shared {
+    /// Requests submitted and not yet admitted (or dropped from the queue).
+    waiting: AtomicUsize,
+    /// The scheduler's latest figures (`waiting` is overwritten from the counter).
+    stats: Mutex<EngineStats>,
 }
 
 impl Engine {
@@ -228,6 +294,15 @@ impl Engine {
         if options.max_batch == 0 {
             return Err(Error::InvalidParameter { name: "max_batch", message: "must be at least 1".into() });
         }
+        if options.prefill_chunk == 0 {
+            return Err(Error::InvalidParameter { name: "prefill_chunk", message: "must be at least 1".into() });
+        }
+        if options.context == Some(0) {
+            return Err(Error::InvalidParameter { name: "context", message: "must be at least 1".into() });
+        }
+        let shared = Arc::new(Shared::default());
+        let thread_shared = shared.clone();
+        let max_waiting = options.max_waiting;
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let path: PathBuf = path.to_path_buf();
@@ -253,9 +328,12 @@ impl Engine {
                     weight_bytes,
                     load_time,
                 } = loaded;
+                // The context a sequence may use: the model's, or less when asked.
+                let context = options.context.map_or(backend.context_length(), |c| c.min(backend.context_length()));
                 let model = Arc::new(ModelInfo {
                     name,
                     architecture,
+                    context,
                     config,
                     tokenizer,
                     chat_template,
@@ -264,7 +342,16 @@ impl Engine {
                     load_time,
                 });
                 if ready_tx.send(Ok(model.clone())).is_ok() {
-                    Scheduler { backend, model, max_batch, waiting: VecDeque::new(), running: Vec::new() }.run(inbox);
+                    Scheduler {
+                        backend,
+                        model,
+                        max_batch,
+                        context,
+                        shared: thread_shared,
+                        waiting: VecDeque::new(),
+                        running: Vec::new(),
+                    }
+                    .run(inbox);
                 }
             })
             .map_err(|e| Error::Bundle(format!("starting the engine thread: {e}")))?;
@@ -272,7 +359,7 @@ impl Engine {
             Ok(result) => result?,
             Err(_) => return Err(Error::EngineStopped),
         };
-        Ok(Engine { commands, model, max_batch, thread: Mutex::new(Some(thread)) })
+        Ok(Engine { commands, model, max_batch, max_waiting, shared, thread: Mutex::new(Some(thread)) })
     }
 
     /// The model: tokenizer, chat template, config, defaults.
@@ -285,12 +372,33 @@ impl Engine {
         self.max_batch
     }
 
-    /// Queues a request; its events arrive on the returned stream.
+    /// The most requests that may wait for a slot.
+    pub fn max_waiting(&self) -> usize {
+        self.max_waiting
+    }
+
+    /// What the engine is doing now.
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        stats.waiting = self.shared.waiting.load(Ordering::SeqCst);
+        stats
+    }
+
+    /// Queues a request; its events arrive on the returned stream. Refused
+    /// with [`Error::QueueFull`] when `max_waiting` requests already wait.
     pub fn submit(&self, request: Request) -> Result<Generating> {
+        let waiting = self.shared.waiting.fetch_add(1, Ordering::SeqCst);
+        if waiting >= self.max_waiting {
+            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::QueueFull { waiting });
+        }
         let (events, receiver) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let job = Job { request, events, cancel: cancel.clone() };
-        self.commands.send(Command::Generate(Box::new(job))).map_err(|_| Error::EngineStopped)?;
+        if self.commands.send(Command::Generate(Box::new(job))).is_err() {
+            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::EngineStopped);
+        }
         Ok(Generating { events: receiver, cancel: Canceller(cancel) })
     }
 
@@ -326,6 +434,9 @@ struct Scheduler {
     backend: MlxBackend,
     model: Arc<ModelInfo>,
     max_batch: usize,
+    /// The most tokens a sequence may hold.
+    context: usize,
+    shared: Arc<Shared>,
     waiting: VecDeque<Job>,
     running: Vec<Running>,
 }
@@ -348,6 +459,7 @@ impl Scheduler {
                 shutting_down |= self.take(command);
             }
             if shutting_down {
+                self.shared.waiting.fetch_sub(self.waiting.len(), Ordering::SeqCst);
                 for job in self.waiting.drain(..) {
                     job.cancel.store(true, Ordering::SeqCst);
                     let _ = job.events.send(Event::Failed(Error::EngineStopped));
@@ -359,11 +471,25 @@ impl Scheduler {
             while self.running.len() < self.max_batch
                 && let Some(job) = self.waiting.pop_front()
             {
+                self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
                 if let Some(r) = self.admit(job) {
                     self.running.push(r);
                 }
             }
             self.step();
+            self.publish();
+        }
+    }
+
+    /// Publishes the figures of [`Engine::stats`].
+    fn publish(&mut self) {
+        let kv_bytes: u64 = self.running.iter().map(|r| self.backend.cache_bytes(r.seq).unwrap_or(0) as u64).sum();
+        let kv_tokens: u64 = self.running.iter().map(|r| self.backend.position(r.seq).unwrap_or(0) as u64).sum();
+        if let Ok(mut stats) = self.shared.stats.lock() {
+            stats.running = self.running.len();
+            stats.kv_bytes = kv_bytes;
+            stats.kv_tokens = kv_tokens;
+            stats.decode_steps += 1;
         }
     }
 
@@ -386,8 +512,7 @@ impl Scheduler {
             return None;
         }
         let Request { prompt, options } = job.request;
-        let context = self.backend.context_length();
-        let state = SequenceState::new(&prompt, &options, self.model.tokenizer.eos_ids(), context)
+        let state = SequenceState::new(&prompt, &options, self.model.tokenizer.eos_ids(), self.context)
             .and_then(|state| check_prompt_tokens(&prompt, self.backend.vocab_size()).map(|()| state));
         let mut state = match state {
             Ok(s) => s,
@@ -463,6 +588,7 @@ impl Scheduler {
         let step = r.state.accept(logits)?;
         let token = step.sampled.token;
         let logprob = step.sampled.logprob;
+        let top_logprobs = step.top_logprobs;
         // An end token has no text of its own.
         let (text, finish) = if step.finish == Some(FinishReason::Stop) {
             (String::new(), step.finish)
@@ -471,7 +597,7 @@ impl Scheduler {
             (delta.text, if delta.stopped { Some(FinishReason::Stop) } else { step.finish })
         };
         r.next_input = token;
-        if r.events.send(Event::Token { token, logprob, text }).is_err() {
+        if r.events.send(Event::Token { token, logprob, top_logprobs, text }).is_err() {
             // Nobody listens any more.
             return Ok(Some(FinishReason::Cancelled));
         }

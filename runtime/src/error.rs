@@ -87,6 +87,23 @@ pub enum Error {
     /// A batched decode step failed; every sequence in it fails with it.
     #[error("the decode step failed: {0}")]
     Step(String),
+    /// The engine's queue is full: the request was not accepted (a server
+    /// answers 429 and the client retries later).
+    #[error("the server is busy: {waiting} requests are already waiting")]
+    QueueFull {
+        /// Requests waiting when this one arrived.
+        waiting: usize,
+    },
+    /// A request's KV cache can never fit the engine's KV memory budget.
+    #[error("the request needs {needed} bytes of KV cache ({tokens} tokens) but the KV budget is {budget} bytes")]
+    KvBudget {
+        /// Tokens the request may hold (prompt and generation).
+        tokens: usize,
+        /// Bytes their KV cache takes.
+        needed: u64,
+        /// The budget.
+        budget: u64,
+    },
     /// The engine thread is gone (its model failed to load, or it stopped).
     #[error("the engine has stopped")]
     EngineStopped,

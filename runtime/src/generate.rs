@@ -31,7 +31,14 @@ pub struct GenerationOptions {
     pub stop_tokens: Vec<u32>,
     /// Keep going past end tokens (benchmarks).
     pub ignore_eos: bool,
+    /// How many of the most likely alternatives to report with each token
+    /// (0: none; at most [`MAX_TOP_LOGPROBS`]).
+    pub top_logprobs: usize,
 }
+
+/// The most alternatives a token reports ([`GenerationOptions::top_logprobs`]),
+/// as OpenAI's API allows.
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 impl Default for GenerationOptions {
     fn default() -> Self {
@@ -41,6 +48,7 @@ impl Default for GenerationOptions {
             stop_strings: Vec::new(),
             stop_tokens: Vec::new(),
             ignore_eos: false,
+            top_logprobs: 0,
         }
     }
 }
@@ -59,8 +67,11 @@ pub enum FinishReason {
 /// Counts and timings of one generation.
 #[derive(Clone, Debug, Default)]
 pub struct GenerationStats {
-    /// Prompt tokens processed.
+    /// Prompt tokens (cached ones included).
     pub prompt_tokens: usize,
+    /// Prompt tokens whose KV state came from the prefix cache instead of
+    /// being prefilled.
+    pub cached_tokens: usize,
     /// Tokens generated (the end token included when there was one).
     pub generated_tokens: usize,
     /// Time from the start to the first generated token.
@@ -84,13 +95,35 @@ impl GenerationStats {
 }
 
 /// One sampled token and whether generation ends with it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TokenStep {
     /// The token and its log-probability.
     pub sampled: Sampled,
+    /// The most likely tokens at this step with their log-probabilities,
+    /// most likely first ([`GenerationOptions::top_logprobs`] of them).
+    pub top_logprobs: Vec<(u32, f32)>,
     /// `Some` when this token ends the generation: an end token (`Stop`),
     /// the budget or the context reached (`Length`).
     pub finish: Option<FinishReason>,
+}
+
+/// The `k` most likely tokens of `logits` with their log-probabilities,
+/// most likely first (ties: lower id first). NaN logits count as impossible.
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let max = logits.iter().copied().filter(|l| !l.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+    if k == 0 || !max.is_finite() {
+        return Vec::new();
+    }
+    let log_z = max + logits.iter().filter(|l| !l.is_nan()).map(|&l| (l - max).exp()).sum::<f32>().ln();
+    let mut cands: Vec<(u32, f32)> =
+        logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l - log_z)).collect();
+    let by_prob_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k < cands.len() {
+        cands.select_nth_unstable_by(k - 1, by_prob_desc);
+        cands.truncate(k);
+    }
+    cands.sort_unstable_by(by_prob_desc);
+    cands
 }
 
 /// Refuses a prompt with a token the model has no embedding row for: the
@@ -119,8 +152,10 @@ pub struct SequenceState {
     prompt_tokens: usize,
     end_tokens: Vec<u32>,
     max_tokens: usize,
+    top_logprobs: usize,
     context: usize,
     generated: usize,
+    cached_tokens: usize,
     start: Instant,
     prefill_done: Option<Instant>,
     first_token: Option<Instant>,
@@ -134,6 +169,12 @@ impl SequenceState {
         if prompt.is_empty() {
             return Err(Error::InvalidParameter { name: "prompt", message: "is empty".into() });
         }
+        if options.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(Error::InvalidParameter {
+                name: "top_logprobs",
+                message: format!("must be at most {MAX_TOP_LOGPROBS}, got {}", options.top_logprobs),
+            });
+        }
         if prompt.len() >= context {
             return Err(Error::ContextOverflow { prompt: prompt.len(), requested: options.max_tokens, context });
         }
@@ -145,8 +186,10 @@ impl SequenceState {
             prompt_tokens: prompt.len(),
             end_tokens,
             max_tokens: options.max_tokens,
+            top_logprobs: options.top_logprobs,
             context,
             generated: 0,
+            cached_tokens: 0,
             start: Instant::now(),
             prefill_done: None,
             first_token: None,
@@ -158,6 +201,16 @@ impl SequenceState {
         self.prefill_done.get_or_insert_with(Instant::now);
     }
 
+    /// Records that the first `tokens` of the prompt came from the prefix cache.
+    pub fn set_cached_tokens(&mut self, tokens: usize) {
+        self.cached_tokens = tokens;
+    }
+
+    /// The tokens so far: the prompt, then every generated token.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
     /// Whether the budget allows no token at all (`max_tokens` 0).
     pub fn is_exhausted(&self) -> bool {
         self.generated >= self.max_tokens
@@ -166,6 +219,9 @@ impl SequenceState {
     /// Samples the next token from `logits` (which sampling may modify).
     pub fn accept(&mut self, logits: &mut [f32]) -> Result<TokenStep> {
         let sampled = self.sampler.sample(logits, &self.history)?;
+        // The sampler left the penalised logits in place: the alternatives
+        // come from the same distribution as `sampled.logprob`.
+        let top_logprobs = if self.top_logprobs > 0 { top_logprobs(logits, self.top_logprobs) } else { Vec::new() };
         self.prefill_finished();
         self.first_token.get_or_insert_with(Instant::now);
         self.generated += 1;
@@ -177,7 +233,7 @@ impl SequenceState {
         } else {
             None
         };
-        Ok(TokenStep { sampled, finish })
+        Ok(TokenStep { sampled, top_logprobs, finish })
     }
 
     /// Counts and timings so far.
@@ -186,6 +242,7 @@ impl SequenceState {
         let prefill_end = self.prefill_done.unwrap_or(now);
         GenerationStats {
             prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
             generated_tokens: self.generated,
             time_to_first_token: self.first_token.map_or(Duration::ZERO, |t| t - self.start),
             prefill_time: prefill_end - self.start,
@@ -467,5 +524,16 @@ mod tests {
         let mut m = matcher(&["END"]);
         assert_eq!(m.push("the EN"), ("the ".to_string(), false));
         assert_eq!(m.flush(), "EN");
+    }
+
+    #[test]
+    fn top_logprobs_are_the_most_likely_tokens_normalised() {
+        let logits = [0.0f32, 2.0, f32::NAN, 1.0, 2.0];
+        let top = top_logprobs(&logits, 3);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 4, 3]);
+        let z: f32 = [0.0f32, 2.0, 1.0, 2.0].iter().map(|l| l.exp()).sum::<f32>().ln();
+        assert!((top[0].1 - (2.0 - z)).abs() < 1e-6 && (top[2].1 - (1.0 - z)).abs() < 1e-6);
+        assert_eq!(top_logprobs(&logits, 10).len(), 4);
+        assert!(top_logprobs(&logits, 0).is_empty());
     }
 }

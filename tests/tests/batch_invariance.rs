@@ -155,7 +155,7 @@ fn a_sequence_twice_in_one_step_is_refused() {
 fn engine_concurrent_greedy_equals_serial() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = tiny_bundle(dir.path(), "llama", 4);
-    let options = |max_batch| EngineOptions { load: LoadOptions::default(), max_batch };
+    let options = |max_batch| EngineOptions { load: LoadOptions::default(), max_batch, ..EngineOptions::default() };
     let request = |i: usize| Request {
         prompt: prompt(i),
         options: GenerationOptions { max_tokens: 12 + i, ignore_eos: true, ..GenerationOptions::default() },

@@ -12,7 +12,11 @@ use mlxcel_tests::tiny_bundle;
 
 fn engine(dir: &tempfile::TempDir, max_batch: usize) -> (Engine, PathBuf) {
     let bundle = tiny_bundle(dir.path(), "llama", 4);
-    (Engine::load(&bundle, EngineOptions { load: LoadOptions::default(), max_batch }).unwrap(), bundle)
+    (
+        Engine::load(&bundle, EngineOptions { load: LoadOptions::default(), max_batch, ..EngineOptions::default() })
+            .unwrap(),
+        bundle,
+    )
 }
 
 fn request(prompt: &str, max_tokens: usize) -> Request {
