@@ -213,6 +213,30 @@ impl Backend for MlxBackend {
 }
 
 impl MlxBackend {
+    /// Whether `seq`'s caches can all be cut back to their first `len`
+    /// positions ([`MlxBackend::truncate`]).
+    pub fn can_truncate(&self, seq: SeqId, len: usize) -> Result<bool> {
+        let caches = self.sequences.get(&seq).ok_or(Error::UnknownSequence(seq))?;
+        Ok(caches.iter().all(|c| c.can_truncate(len)))
+    }
+
+    /// Cuts `seq` back to its first `len` positions, so that it continues
+    /// from there (reusing a finished sequence's prefix for a new prompt).
+    /// Refused, nothing changed, when a layer's cache cannot
+    /// ([`KvCache::can_truncate`]: a sliding ring that has wrapped).
+    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()> {
+        if !self.can_truncate(seq, len)? {
+            return Err(Error::InvalidParameter {
+                name: "truncate",
+                message: format!("sequence {seq} cannot be cut back to {len} positions"),
+            });
+        }
+        for cache in self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))? {
+            cache.truncate(len);
+        }
+        Ok(())
+    }
+
     /// Bytes held by a sequence's KV cache.
     pub fn cache_bytes(&self, seq: SeqId) -> Result<usize> {
         Ok(self.sequences.get(&seq).ok_or(Error::UnknownSequence(seq))?.iter().map(KvCache::nbytes).sum())

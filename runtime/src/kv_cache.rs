@@ -154,6 +154,40 @@ impl KvCache {
         }
     }
 
+    /// Whether the cache can be cut back to its first `len` positions
+    /// ([`KvCache::truncate`]). A growing cache always can; a sliding ring
+    /// only while it has not wrapped (it still holds every position, in
+    /// order) or when nothing is cut: once wrapped, the positions before the
+    /// window are gone and those in it are out of order. (mlx-lm's
+    /// `can_trim_prompt_cache` refuses a wrapped rotating cache likewise.)
+    pub fn can_truncate(&self, len: usize) -> bool {
+        match self {
+            KvCache::Full(c) => len <= c.offset,
+            KvCache::Sliding(c) => len == c.offset || (len < c.offset && c.offset <= c.window),
+        }
+    }
+
+    /// Cuts the cache back to its first `len` positions, keeping its
+    /// buffers (the next step overwrites what was past `len`); false, and
+    /// nothing changed, when it cannot ([`KvCache::can_truncate`]).
+    pub fn truncate(&mut self, len: usize) -> bool {
+        if !self.can_truncate(len) {
+            return false;
+        }
+        match self {
+            KvCache::Full(c) => c.offset = len,
+            KvCache::Sliding(c) => {
+                if len < c.offset {
+                    // Not wrapped: position p is in slot p, and the next goes to slot `len`
+                    // (slot 0 once the ring is full, as `update` and `commit` leave it).
+                    c.offset = len;
+                    c.next = if len == c.window { 0 } else { len };
+                }
+            }
+        }
+        true
+    }
+
     /// Bytes held by the cache buffers.
     pub fn nbytes(&self) -> usize {
         let (k, v) = match self {

@@ -180,3 +180,53 @@ fn engine_concurrent_greedy_equals_serial() {
         }
     });
 }
+
+/// The same with the prefix cache on and prompts sharing a long prefix (as
+/// chat requests share a system prompt), read in small chunks: concurrent
+/// answers equal serial ones without the cache, and the cache is used.
+#[test]
+fn engine_concurrent_greedy_with_prefix_cache_equals_serial() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let options = |max_batch, prefix_cache| EngineOptions {
+        load: LoadOptions::default(),
+        max_batch,
+        prefill_chunk: 8,
+        prefix_cache,
+        ..EngineOptions::default()
+    };
+    // A 40-token shared prefix, then each request's own tokens.
+    let shared: Vec<u32> = (0..40).map(|j| ((j * 13 + 5) % 250) as u32).collect();
+    let request = |i: usize| Request {
+        prompt: shared.iter().copied().chain(prompt(i)).collect(),
+        options: GenerationOptions { max_tokens: 12 + i, ignore_eos: true, ..GenerationOptions::default() },
+    };
+    each_kernel_build(|build, _| {
+        let serial: Vec<Vec<u32>> = {
+            let engine = Engine::load(&bundle, options(1, 0)).unwrap();
+            (0..SEQUENCES).map(|i| engine.generate(request(i)).unwrap().tokens).collect()
+        };
+        // Serial with the cache: every request after the first reuses the prefix.
+        let engine = Engine::load(&bundle, options(1, 1 << 30)).unwrap();
+        for (i, expected) in serial.iter().enumerate() {
+            let g = engine.generate(request(i)).unwrap();
+            assert_eq!(&g.tokens, expected, "{build}: request {i}: serial with the prefix cache differs");
+            assert_eq!(g.stats.cached_tokens, if i == 0 { 0 } else { 40 }, "{build}: request {i}");
+        }
+        // Concurrent, with the cache warm from the serial run.
+        let engine = std::sync::Arc::new(engine);
+        let handles: Vec<_> = (0..SEQUENCES)
+            .map(|i| {
+                let engine = engine.clone();
+                let request = request(i);
+                std::thread::spawn(move || engine.generate(request).unwrap())
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            let g = h.join().unwrap();
+            assert_eq!(g.tokens, serial[i], "{build}: request {i}: concurrent tokens with the prefix cache differ");
+            assert!(g.stats.cached_tokens >= 40, "{build}: request {i}: {}", g.stats.cached_tokens);
+        }
+        assert!(engine.stats().prefix_cache_hits >= 2 * SEQUENCES as u64 - 1);
+    });
+}

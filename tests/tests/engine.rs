@@ -1,11 +1,13 @@
 //! The engine on a real (tiny, random) bundle: requests stream tokens and
 //! end with one `Done` or `Failed`; a bad request fails alone; cancelling or
 //! dropping a request stops it; dropping the engine stops everything; stop
-//! strings cut the text.
+//! strings cut the text; long prompts are read a chunk at a time while
+//! other streams flow; the prefix cache reuses shared prompts without
+//! changing a token; the KV budget refuses and queues.
 
 use std::path::PathBuf;
 
-use mlxcel_runtime::engine::{Engine, EngineOptions, Event, Request};
+use mlxcel_runtime::engine::{Engine, EngineOptions, EngineStats, Event, Request};
 use mlxcel_runtime::generate::{FinishReason, GenerationOptions};
 use mlxcel_runtime::loader::LoadOptions;
 use mlxcel_tests::tiny_bundle;
@@ -144,4 +146,191 @@ fn a_bundle_that_cannot_load_is_an_error() {
     let missing = dir.path().join("missing.mlxb");
     let err = Engine::load(&missing, EngineOptions::default()).err().unwrap().to_string();
     assert!(err.starts_with("bundle: ") && err.contains("missing.mlxb"), "{err}");
+}
+
+/// An engine over a tiny `arch` bundle with `options` (its `load` is the default).
+fn engine_with(bundle: &std::path::Path, options: EngineOptions) -> Engine {
+    Engine::load(bundle, EngineOptions { load: LoadOptions::default(), ..options }).unwrap()
+}
+
+fn tokens_request(prompt: Vec<u32>, max_tokens: usize) -> Request {
+    Request { prompt, options: GenerationOptions { max_tokens, ignore_eos: true, ..GenerationOptions::default() } }
+}
+
+/// Waits until the engine has published `done(stats)` (it publishes after
+/// each iteration, just after the events of that iteration go out).
+fn stats_when(engine: &Engine, done: impl Fn(&EngineStats) -> bool) -> EngineStats {
+    for _ in 0..500 {
+        let s = engine.stats();
+        if done(&s) {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    engine.stats()
+}
+
+#[test]
+fn a_stream_keeps_flowing_while_a_long_prompt_is_prefilled() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let engine = engine_with(&bundle, EngineOptions { max_batch: 2, prefill_chunk: 8, ..EngineOptions::default() });
+    // 200 prompt tokens: 25 chunks of 8, one per iteration.
+    let long_prompt: Vec<u32> = (0..200).map(|i| (i * 7 % 250) as u32).collect();
+    let short = engine.submit(request("short", 10)).unwrap();
+    let mut long = engine.submit(tokens_request(long_prompt, 3)).unwrap();
+    // The short request decodes a token per iteration while the long one is
+    // read: it is done before the long one's first token. (Prefilling the
+    // whole prompt at admission would give both their first token in the
+    // same step.)
+    assert!(matches!(long.next(), Some(Event::Token { .. })));
+    let before: Vec<Event> = std::iter::from_fn(|| short.try_next()).collect();
+    let tokens = before.iter().filter(|e| matches!(e, Event::Token { .. })).count();
+    assert_eq!(tokens, 10, "{before:?}");
+    assert!(matches!(before.last(), Some(Event::Done { .. })), "{before:?}");
+    assert_eq!(long.collect::<Vec<_>>().len(), 3, "two more tokens and Done");
+}
+
+#[test]
+fn decode_steps_count_steps_not_iterations() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let engine = engine_with(&bundle, EngineOptions { prefill_chunk: 8, ..EngineOptions::default() });
+    // 40 prompt tokens: 5 prefill iterations (39 tokens), the last with the one decode step.
+    let g = engine.generate(tokens_request((0..40).collect(), 1)).unwrap();
+    assert_eq!(g.tokens.len(), 1);
+    let s = stats_when(&engine, |s| s.running == 0 && s.decode_steps > 0);
+    assert_eq!((s.decode_steps, s.running, s.kv_bytes, s.kv_tokens), (1, 0, 0, 0), "{s:?}");
+    engine.generate(tokens_request((0..4).collect(), 5)).unwrap();
+    let s = stats_when(&engine, |s| s.decode_steps >= 6);
+    assert_eq!(s.decode_steps, 6, "{s:?}");
+    assert_eq!((s.prefix_cache_hits, s.prefix_cache_misses, s.prefix_cache_entries), (0, 0, 0), "cache off");
+}
+
+/// A system prompt shared by chat requests: 44 tokens.
+fn with_system(question: &str) -> Vec<u32> {
+    let system = "You are a helpful assistant. Answer briefly.";
+    assert_eq!(system.len(), 44);
+    format!("{system}{question}").bytes().map(u32::from).collect()
+}
+
+#[test]
+fn a_shared_prefix_is_reused_with_the_same_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let options = |prefix_cache| EngineOptions { prefill_chunk: 8, prefix_cache, ..EngineOptions::default() };
+    let questions = ["What is the sea?", "What is the sky?", "What"];
+    // The kernel build is process-wide: hold it while comparing bits (and
+    // start the engines under it: cached state is the build's own).
+    mlxcel_tests::isa::each_kernel_build(|build, _| {
+        let plain = engine_with(&bundle, options(0));
+        let cached = engine_with(&bundle, options(1 << 30));
+        for (i, q) in questions.iter().enumerate() {
+            let expected = plain.generate(tokens_request(with_system(q), 12)).unwrap();
+            let g = cached.generate(tokens_request(with_system(q), 12)).unwrap();
+            assert_eq!(g.tokens, expected.tokens, "{build}: request {i}: the prefix cache changed the tokens");
+            assert_eq!(expected.stats.cached_tokens, 0);
+            if i == 0 {
+                continue;
+            }
+            // Shared with the previous request's tokens: the system prompt
+            // plus "What is the s" (57) for the second, and all of the third's
+            // 48 tokens but its last one; in whole chunks of 8.
+            let expected_cached = if i == 1 { 56 } else { 40 };
+            assert_eq!(g.stats.cached_tokens, expected_cached, "{build}: request {i}");
+        }
+        let s = stats_when(&cached, |s| s.prefix_cache_entries > 0 && s.running == 0);
+        assert_eq!((s.prefix_cache_hits, s.prefix_cache_misses, s.prefix_cache_tokens), (2, 1, 96), "{s:?}");
+        assert!(s.prefix_cache_entries == 1 && s.prefix_cache_bytes > 0, "{s:?}");
+    });
+}
+
+#[test]
+fn the_prefix_cache_evicts_the_least_recently_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let a: Vec<u32> = (0..30).collect();
+    let b: Vec<u32> = (100..130).collect();
+    // One entry's bytes, measured.
+    let entry = {
+        let engine =
+            engine_with(&bundle, EngineOptions { prefill_chunk: 8, prefix_cache: 1 << 30, ..Default::default() });
+        engine.generate(tokens_request(a.clone(), 4)).unwrap();
+        stats_when(&engine, |s| s.prefix_cache_entries == 1).prefix_cache_bytes
+    };
+    assert!(entry > 0);
+    // Room for one entry, not two.
+    let engine =
+        engine_with(&bundle, EngineOptions { prefill_chunk: 8, prefix_cache: entry * 3 / 2, ..Default::default() });
+    let cached = |prompt: &[u32]| engine.generate(tokens_request(prompt.to_vec(), 4)).unwrap().stats.cached_tokens;
+    assert_eq!(cached(&a), 0);
+    assert_eq!(cached(&b), 0);
+    // `a`'s entry went for `b`'s.
+    assert_eq!(cached(&a), 0);
+    let s = stats_when(&engine, |s| s.running == 0 && s.prefix_cache_misses == 3);
+    assert_eq!((s.prefix_cache_entries, s.prefix_cache_bytes), (1, entry), "{s:?}");
+    // Now `a`'s is the one kept: a prompt extending it reuses 24 positions.
+    let mut longer = a.clone();
+    longer.extend([7, 7, 7]);
+    assert_eq!(cached(&longer), 24);
+    assert_eq!(cached(&b), 0);
+    // A budget smaller than any entry keeps nothing.
+    let tiny = engine_with(&bundle, EngineOptions { prefill_chunk: 8, prefix_cache: entry / 2, ..Default::default() });
+    tiny.generate(tokens_request(a.clone(), 4)).unwrap();
+    assert_eq!(tiny.generate(tokens_request(a.clone(), 4)).unwrap().stats.cached_tokens, 0);
+    assert_eq!(tiny.stats().prefix_cache_entries, 0);
+}
+
+#[test]
+fn the_kv_budget_refuses_what_never_fits_and_queues_what_fits_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let probe = engine_with(&bundle, EngineOptions::default());
+    let model = probe.model().clone();
+    drop(probe);
+    // Each request holds 20 + 30 tokens; the budget holds one such, not two.
+    let one = model.kv_bytes_for(50);
+    assert!(one > 0 && model.kv_bytes_per_token() > 0);
+    let budget = one * 3 / 2;
+    let engine = engine_with(&bundle, EngineOptions { kv_budget: Some(budget), ..EngineOptions::default() });
+    let too_big = engine.generate(tokens_request(vec![5; 20], 100_000)).unwrap_err();
+    let tokens = model.context_length();
+    let needed = model.kv_bytes_for(tokens);
+    assert!(needed > budget);
+    assert_eq!(
+        too_big.to_string(),
+        format!("the request needs {needed} bytes of KV cache ({tokens} tokens) but the KV budget is {budget} bytes")
+    );
+    let first = engine.submit(tokens_request(vec![6; 20], 30)).unwrap();
+    let mut second = engine.submit(tokens_request(vec![7; 20], 30)).unwrap();
+    // The second starts only once the first is done.
+    assert!(matches!(second.next(), Some(Event::Token { .. })));
+    let first_events: Vec<Event> = std::iter::from_fn(|| first.try_next()).collect();
+    assert!(matches!(first_events.last(), Some(Event::Done { finish_reason: FinishReason::Length, .. })));
+    assert_eq!(second.collect_generation().unwrap().tokens.len(), 29);
+}
+
+#[test]
+fn a_sliding_window_prefix_is_reused_while_its_ring_has_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "gemma3", 4);
+    let options = |prefix_cache| EngineOptions { prefill_chunk: 4, prefix_cache, ..EngineOptions::default() };
+    mlxcel_tests::isa::each_kernel_build(|build, _| {
+        let plain = engine_with(&bundle, options(0));
+        let cached = engine_with(&bundle, options(1 << 30));
+        // Window 8. A 6-token prompt and 2 tokens generated hold 7 positions:
+        // unwrapped, cut back to 4 for a prompt sharing its first 6.
+        let short: Vec<u32> = (10..16).collect();
+        let extended: Vec<u32> = (10..21).collect();
+        // 16 prompt tokens and 4 generated: 19 positions, wrapped.
+        let long: Vec<u32> = (30..46).collect();
+        let long_extended: Vec<u32> = (30..52).collect();
+        for (prompt, max, expected_cached) in [(&short, 2, 0), (&extended, 6, 4), (&long, 4, 0), (&long_extended, 6, 0)]
+        {
+            let expected = plain.generate(tokens_request(prompt.clone(), max)).unwrap();
+            let g = cached.generate(tokens_request(prompt.clone(), max)).unwrap();
+            assert_eq!(g.tokens, expected.tokens, "{build}: {prompt:?}: the prefix cache changed the tokens");
+            assert_eq!(g.stats.cached_tokens, expected_cached, "{build}: {prompt:?}");
+        }
+    });
 }

@@ -7,13 +7,56 @@
 //! requests over a channel and answers each with a stream of [`Event`]s
 //! (tokens with their text, finish reason, timings).
 //!
-//! The thread batches continuously: between two decode steps it admits new
-//! requests (prefilling their prompts), and each step feeds one token of
-//! every running sequence through the model as one forward pass. A
-//! sequence's tokens do not depend on which others share its steps (the
-//! backend is batch-invariant), so concurrent greedy output equals serial.
+//! # Scheduling
+//!
+//! The thread batches continuously. Each iteration it
+//! 1. admits queued requests, in order, while fewer than
+//!    [`EngineOptions::max_batch`] are admitted and the first one's KV cache
+//!    fits the budget (a request that does not fit waits, and the ones
+//!    behind it wait too: no overtaking);
+//! 2. ends cancelled sequences (prefilling or decoding);
+//! 3. prefills one chunk of [`EngineOptions::prefill_chunk`] prompt tokens of
+//!    the oldest sequence still reading its prompt;
+//! 4. runs one decode step: one forward pass feeding one token of every
+//!    sequence whose prompt is in (its last prompt token first, then each
+//!    sampled one).
+//!
+//! So a long prompt is read a chunk at a time between decode steps, and
+//! running streams keep getting tokens meanwhile. A sequence's tokens do
+//! not depend on which others share its steps (the backend is
+//! batch-invariant), so concurrent greedy output equals serial.
+//!
+//! Prompt chunks always start at multiples of the chunk size: the CPU
+//! kernels' bits for a position depend on the number of rows its forward
+//! pass had (splitting a prefill at an arbitrary point changes the logits:
+//! tests/tests/prefill_chunks.rs), so a given prompt is always computed in
+//! the same pieces, with the prefix cache or without it.
+//!
+//! # Memory: the KV budget and the prefix cache
+//!
+//! With [`EngineOptions::kv_budget`], each admitted request reserves the
+//! bytes its caches can reach, [`ModelInfo::kv_bytes_for`]`(min(prompt +
+//! max_tokens, context))` (more when a reused prefix's buffers are larger).
+//! A request is admitted when the reservations plus its own fit the budget,
+//! and refused at once with [`Error::KvBudget`] when its own alone do not.
+//!
+//! With [`EngineOptions::prefix_cache`] bytes, a finished (or cancelled)
+//! sequence's caches are kept, with the tokens they hold, in a
+//! least-recently-used pool instead of being freed. A new request takes the
+//! entry sharing the longest prefix with its prompt, counted in whole
+//! prefill chunks that the entry prefilled, and not its prompt's last token
+//! (which goes through the decode step); the entry's caches are cut back to
+//! that length and only the rest of the prompt is prefilled. Its length is
+//! the request's [`GenerationStats::cached_tokens`]. A sliding-window layer
+//! can be cut back only while its ring has not wrapped, so an entry longer
+//! than a window is not reused there. Greedy output is the same with the
+//! cache as without it, bit for bit.
+//!
+//! The two budgets: the pool holds at most `prefix_cache` bytes, and with a
+//! KV budget the pool and the reservations together hold at most
+//! `kv_budget`: the pool gives way, least recently used entries first, to
+//! the requests (an entry is dropped before a request waits for memory).
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -23,14 +66,19 @@ use std::time::Duration;
 
 use mlxcel_arch::ModelConfig;
 
-use crate::backend::{Backend, MlxBackend, SeqId};
+use crate::backend::Backend;
 use crate::chat::{ChatTemplate, Message};
 use crate::error::{Error, Result};
-use crate::generate::{
-    FinishReason, Generation, GenerationOptions, GenerationStats, SequenceState, TextStream, check_prompt_tokens,
-};
-use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, load};
+use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats};
+use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, default_compute_dtype, load};
 use crate::tokenizer::Tokenizer;
+
+mod budget;
+mod prefix_cache;
+mod scheduler;
+
+pub use budget::{KvSizing, LayerKv};
+use scheduler::Scheduler;
 
 /// How to start an [`Engine`].
 #[derive(Clone, Debug)]
@@ -118,12 +166,27 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     /// Time from opening the bundle to the model being ready.
     pub load_time: Duration,
+    /// The KV cache sizes of its layers ([`ModelInfo::kv_bytes_for`]).
+    pub kv: KvSizing,
 }
 
 impl ModelInfo {
     /// The most tokens a sequence may hold.
     pub fn context_length(&self) -> usize {
         self.context
+    }
+
+    /// Bytes of KV cache per position (every layer's keys and values) while
+    /// a sequence is within every sliding window.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.kv.bytes_per_token()
+    }
+
+    /// The most bytes of KV cache a sequence of `tokens` positions holds: what
+    /// the KV budget ([`EngineOptions::kv_budget`]) reserves for a request of
+    /// `min(prompt + max_tokens, context)` tokens.
+    pub fn kv_bytes_for(&self, tokens: usize) -> u64 {
+        self.kv.bytes_for(tokens)
     }
 
     /// The prompt tokens of a conversation, through the chat template, ending
@@ -216,6 +279,11 @@ impl Generating {
     /// A handle that cancels this request from another thread.
     pub fn canceller(&self) -> Canceller {
         self.cancel.clone()
+    }
+
+    /// The next event if the engine has sent it already, without waiting.
+    pub fn try_next(&self) -> Option<Event> {
+        self.events.try_recv().ok()
     }
 
     /// Collects the whole generation (text, tokens, log-probabilities).
@@ -330,6 +398,8 @@ impl Engine {
                 } = loaded;
                 // The context a sequence may use: the model's, or less when asked.
                 let context = options.context.map_or(backend.context_length(), |c| c.min(backend.context_length()));
+                let dtype = options.load.compute_dtype.unwrap_or_else(default_compute_dtype);
+                let kv = KvSizing::from_config(&config, dtype, options.load.backend.max_kv);
                 let model = Arc::new(ModelInfo {
                     name,
                     architecture,
@@ -340,17 +410,19 @@ impl Engine {
                     defaults,
                     weight_bytes,
                     load_time,
+                    kv,
                 });
                 if ready_tx.send(Ok(model.clone())).is_ok() {
-                    Scheduler {
+                    Scheduler::new(
                         backend,
                         model,
                         max_batch,
                         context,
-                        shared: thread_shared,
-                        waiting: VecDeque::new(),
-                        running: Vec::new(),
-                    }
+                        options.prefill_chunk,
+                        options.kv_budget,
+                        options.prefix_cache,
+                        thread_shared,
+                    )
                     .run(inbox);
                 }
             })
@@ -414,216 +486,5 @@ impl Drop for Engine {
         if let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) {
             let _ = thread.join();
         }
-    }
-}
-
-/// One running sequence.
-struct Running {
-    seq: SeqId,
-    state: SequenceState,
-    text: TextStream,
-    /// The token the next step feeds (the prompt's last, then each sampled one).
-    next_input: u32,
-    events: Sender<Event>,
-    cancel: Arc<AtomicBool>,
-}
-
-/// The engine thread's loop: admit requests between steps, decode every
-/// running sequence together.
-struct Scheduler {
-    backend: MlxBackend,
-    model: Arc<ModelInfo>,
-    max_batch: usize,
-    /// The most tokens a sequence may hold.
-    context: usize,
-    shared: Arc<Shared>,
-    waiting: VecDeque<Job>,
-    running: Vec<Running>,
-}
-
-impl Scheduler {
-    fn run(mut self, inbox: Receiver<Command>) {
-        let mut shutting_down = false;
-        loop {
-            // Idle: wait for work (or for every handle to go).
-            if self.running.is_empty() && self.waiting.is_empty() {
-                if shutting_down {
-                    return;
-                }
-                match inbox.recv() {
-                    Ok(command) => shutting_down |= self.take(command),
-                    Err(_) => return,
-                }
-            }
-            while let Ok(command) = inbox.try_recv() {
-                shutting_down |= self.take(command);
-            }
-            if shutting_down {
-                self.shared.waiting.fetch_sub(self.waiting.len(), Ordering::SeqCst);
-                for job in self.waiting.drain(..) {
-                    job.cancel.store(true, Ordering::SeqCst);
-                    let _ = job.events.send(Event::Failed(Error::EngineStopped));
-                }
-                for r in &self.running {
-                    r.cancel.store(true, Ordering::SeqCst);
-                }
-            }
-            while self.running.len() < self.max_batch
-                && let Some(job) = self.waiting.pop_front()
-            {
-                self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
-                if let Some(r) = self.admit(job) {
-                    self.running.push(r);
-                }
-            }
-            self.step();
-            self.publish();
-        }
-    }
-
-    /// Publishes the figures of [`Engine::stats`].
-    fn publish(&mut self) {
-        let kv_bytes: u64 = self.running.iter().map(|r| self.backend.cache_bytes(r.seq).unwrap_or(0) as u64).sum();
-        let kv_tokens: u64 = self.running.iter().map(|r| self.backend.position(r.seq).unwrap_or(0) as u64).sum();
-        if let Ok(mut stats) = self.shared.stats.lock() {
-            stats.running = self.running.len();
-            stats.kv_bytes = kv_bytes;
-            stats.kv_tokens = kv_tokens;
-            stats.decode_steps += 1;
-        }
-    }
-
-    /// Queues a command's job; true for a shutdown.
-    fn take(&mut self, command: Command) -> bool {
-        match command {
-            Command::Generate(job) => {
-                self.waiting.push_back(*job);
-                false
-            }
-            Command::Shutdown => true,
-        }
-    }
-
-    /// Starts a request: checks it, prefills all of its prompt but the last
-    /// token (which the next step feeds, as every decode token).
-    fn admit(&mut self, job: Job) -> Option<Running> {
-        if job.cancel.load(Ordering::SeqCst) {
-            let _ = job.events.send(Event::Done { finish_reason: FinishReason::Cancelled, stats: Default::default() });
-            return None;
-        }
-        let Request { prompt, options } = job.request;
-        let state = SequenceState::new(&prompt, &options, self.model.tokenizer.eos_ids(), self.context)
-            .and_then(|state| check_prompt_tokens(&prompt, self.backend.vocab_size()).map(|()| state));
-        let mut state = match state {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = job.events.send(Event::Failed(e));
-                return None;
-            }
-        };
-        if state.is_exhausted() {
-            state.prefill_finished();
-            let _ = job.events.send(Event::Done { finish_reason: FinishReason::Length, stats: state.stats() });
-            return None;
-        }
-        let seq = self.backend.new_sequence();
-        let (head, last) = prompt.split_at(prompt.len() - 1);
-        if !head.is_empty()
-            && let Err(e) = self.backend.prefill(seq, head, false)
-        {
-            self.backend.release_sequence(seq);
-            let _ = job.events.send(Event::Failed(e));
-            return None;
-        }
-        Some(Running {
-            seq,
-            state,
-            text: TextStream::new(&options.stop_strings),
-            next_input: last[0],
-            events: job.events,
-            cancel: job.cancel,
-        })
-    }
-
-    /// One decode step of every running sequence.
-    fn step(&mut self) {
-        // Cancelled requests end before the step.
-        let (cancelled, running): (Vec<Running>, Vec<Running>) =
-            std::mem::take(&mut self.running).into_iter().partition(|r| r.cancel.load(Ordering::SeqCst));
-        self.running = running;
-        for r in cancelled {
-            self.finish(r, FinishReason::Cancelled);
-        }
-        if self.running.is_empty() {
-            return;
-        }
-        let batch: Vec<(SeqId, u32)> = self.running.iter().map(|r| (r.seq, r.next_input)).collect();
-        let logits = match self.backend.decode(&batch) {
-            Ok(logits) => logits,
-            Err(e) => {
-                let message = e.to_string();
-                for r in std::mem::take(&mut self.running) {
-                    self.backend.release_sequence(r.seq);
-                    let _ = r.events.send(Event::Failed(Error::Step(message.clone())));
-                }
-                return;
-            }
-        };
-        let running = std::mem::take(&mut self.running);
-        for (mut r, mut logits) in running.into_iter().zip(logits) {
-            match self.advance(&mut r, &mut logits) {
-                Ok(None) => self.running.push(r),
-                Ok(Some(reason)) => self.finish(r, reason),
-                Err(e) => {
-                    self.backend.release_sequence(r.seq);
-                    let _ = r.events.send(Event::Failed(e));
-                }
-            }
-        }
-    }
-
-    /// Samples a sequence's next token and reports it; `Some` when the
-    /// sequence is done.
-    fn advance(&self, r: &mut Running, logits: &mut [f32]) -> Result<Option<FinishReason>> {
-        let step = r.state.accept(logits)?;
-        let token = step.sampled.token;
-        let logprob = step.sampled.logprob;
-        let top_logprobs = step.top_logprobs;
-        // An end token has no text of its own.
-        let (text, finish) = if step.finish == Some(FinishReason::Stop) {
-            (String::new(), step.finish)
-        } else {
-            let delta = r.text.push(&self.model.tokenizer, token)?;
-            (delta.text, if delta.stopped { Some(FinishReason::Stop) } else { step.finish })
-        };
-        r.next_input = token;
-        if r.events.send(Event::Token { token, logprob, top_logprobs, text }).is_err() {
-            // Nobody listens any more.
-            return Ok(Some(FinishReason::Cancelled));
-        }
-        Ok(finish)
-    }
-
-    /// Ends a sequence: releases its cache, sends what text was held back
-    /// (unless cancelled), then `Done`.
-    fn finish(&mut self, mut r: Running, mut reason: FinishReason) {
-        self.backend.release_sequence(r.seq);
-        if reason != FinishReason::Cancelled {
-            match r.text.finish(&self.model.tokenizer) {
-                Ok(tail) => {
-                    if tail.stopped {
-                        reason = FinishReason::Stop;
-                    }
-                    if !tail.text.is_empty() {
-                        let _ = r.events.send(Event::Text(tail.text));
-                    }
-                }
-                Err(e) => {
-                    let _ = r.events.send(Event::Failed(e));
-                    return;
-                }
-            }
-        }
-        let _ = r.events.send(Event::Done { finish_reason: reason, stats: r.state.stats() });
     }
 }
