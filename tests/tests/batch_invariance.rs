@@ -202,15 +202,23 @@ fn engine_concurrent_greedy_with_prefix_cache_equals_serial() {
         options: GenerationOptions { max_tokens: 12 + i, ignore_eos: true, ..GenerationOptions::default() },
     };
     each_kernel_build(|build, _| {
-        let serial: Vec<Vec<u32>> = {
+        // Tokens and the bits of their log-probabilities.
+        let serial: Vec<(Vec<u32>, Vec<u32>)> = {
             let engine = Engine::load(&bundle, options(1, 0)).unwrap();
-            (0..SEQUENCES).map(|i| engine.generate(request(i)).unwrap().tokens).collect()
+            (0..SEQUENCES)
+                .map(|i| engine.generate(request(i)).unwrap())
+                .map(|g| (g.tokens, bits(&g.logprobs)))
+                .collect()
         };
         // Serial with the cache: every request after the first reuses the prefix.
         let engine = Engine::load(&bundle, options(1, 1 << 30)).unwrap();
         for (i, expected) in serial.iter().enumerate() {
             let g = engine.generate(request(i)).unwrap();
-            assert_eq!(&g.tokens, expected, "{build}: request {i}: serial with the prefix cache differs");
+            assert_eq!(
+                (&g.tokens, &bits(&g.logprobs)),
+                (&expected.0, &expected.1),
+                "{build}: request {i}: serial with the prefix cache differs"
+            );
             assert_eq!(g.stats.cached_tokens, if i == 0 { 0 } else { 40 }, "{build}: request {i}");
         }
         // Concurrent, with the cache warm from the serial run.
@@ -224,7 +232,11 @@ fn engine_concurrent_greedy_with_prefix_cache_equals_serial() {
             .collect();
         for (i, h) in handles.into_iter().enumerate() {
             let g = h.join().unwrap();
-            assert_eq!(g.tokens, serial[i], "{build}: request {i}: concurrent tokens with the prefix cache differ");
+            assert_eq!(
+                (g.tokens, bits(&g.logprobs)),
+                serial[i],
+                "{build}: request {i}: concurrent tokens with the prefix cache differ"
+            );
             assert!(g.stats.cached_tokens >= 40, "{build}: request {i}: {}", g.stats.cached_tokens);
         }
         assert!(engine.stats().prefix_cache_hits >= 2 * SEQUENCES as u64 - 1);

@@ -157,6 +157,11 @@ fn tokens_request(prompt: Vec<u32>, max_tokens: usize) -> Request {
     Request { prompt, options: GenerationOptions { max_tokens, ignore_eos: true, ..GenerationOptions::default() } }
 }
 
+/// The bits of log-probabilities: the prefix cache must not change one.
+fn bits(logprobs: &[f32]) -> Vec<u32> {
+    logprobs.iter().map(|x| x.to_bits()).collect()
+}
+
 /// Waits until the engine has published `done(stats)` (it publishes after
 /// each iteration, just after the events of that iteration go out).
 fn stats_when(engine: &Engine, done: impl Fn(&EngineStats) -> bool) -> EngineStats {
@@ -229,6 +234,7 @@ fn a_shared_prefix_is_reused_with_the_same_tokens() {
             let expected = plain.generate(tokens_request(with_system(q), 12)).unwrap();
             let g = cached.generate(tokens_request(with_system(q), 12)).unwrap();
             assert_eq!(g.tokens, expected.tokens, "{build}: request {i}: the prefix cache changed the tokens");
+            assert_eq!(bits(&g.logprobs), bits(&expected.logprobs), "{build}: request {i}: logprobs differ");
             assert_eq!(expected.stats.cached_tokens, 0);
             if i == 0 {
                 continue;
@@ -330,6 +336,7 @@ fn a_sliding_window_prefix_is_reused_while_its_ring_has_not_wrapped() {
             let expected = plain.generate(tokens_request(prompt.clone(), max)).unwrap();
             let g = cached.generate(tokens_request(prompt.clone(), max)).unwrap();
             assert_eq!(g.tokens, expected.tokens, "{build}: {prompt:?}: the prefix cache changed the tokens");
+            assert_eq!(bits(&g.logprobs), bits(&expected.logprobs), "{build}: {prompt:?}: logprobs differ");
             assert_eq!(g.stats.cached_tokens, expected_cached, "{build}: {prompt:?}");
         }
     });
