@@ -91,17 +91,23 @@ pub struct EngineOptions {
     /// more with [`Error::QueueFull`].
     pub max_waiting: usize,
     /// Prompt tokens prefilled between two decode steps, so that running
-    /// streams keep flowing while a long prompt is read.
+    /// streams keep flowing while a long prompt is read. Chunks start at
+    /// multiples of it (see the module docs: the bits of a position depend
+    /// on its chunk); set the backend's `MlxOptions::prefill_chunk` to the
+    /// same value to prefill exactly as [`crate::generate::generate`] does.
     pub prefill_chunk: usize,
     /// The most tokens one sequence may hold (prompt and generation); at
     /// most the model's context (`None`: the model's context).
     pub context: Option<usize>,
-    /// Bytes of KV cache the running sequences may hold together (`None`:
-    /// no limit). A request waits until its KV cache fits, and is refused
-    /// with [`Error::KvBudget`] when it could never fit.
+    /// Bytes of KV cache the admitted sequences and the prefix cache may
+    /// hold together (`None`: no limit). Each request reserves
+    /// [`ModelInfo::kv_bytes_for`] its `min(prompt + max_tokens, context)`
+    /// tokens; it waits until that fits (prefix cache entries are dropped
+    /// first), and is refused with [`Error::KvBudget`] when it never could.
     pub kv_budget: Option<u64>,
     /// Bytes of KV state kept from finished requests for later ones that
-    /// share their prefix (0: no prefix cache); least recently used first out.
+    /// share their prefix (0: no prefix cache); least recently used first
+    /// out. Reuse is in whole `prefill_chunk`s.
     pub prefix_cache: u64,
 }
 
