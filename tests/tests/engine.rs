@@ -341,3 +341,53 @@ fn a_sliding_window_prefix_is_reused_while_its_ring_has_not_wrapped() {
         }
     });
 }
+
+#[test]
+fn a_request_cancelled_while_its_prompt_is_read_ends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let engine = engine_with(&bundle, EngineOptions { max_batch: 2, prefill_chunk: 2, ..EngineOptions::default() });
+    let mut stream = engine.submit(request("stream", 400)).unwrap();
+    // 480 prompt tokens, 2 per iteration: 240 iterations to read.
+    let long = engine.submit(tokens_request((0..480).map(|i| (i % 250) as u32).collect(), 5)).unwrap();
+    for _ in 0..5 {
+        assert!(matches!(stream.next(), Some(Event::Token { .. })));
+    }
+    while stream.try_next().is_some() {}
+    long.cancel();
+    let events: Vec<Event> = long.collect();
+    assert!(
+        matches!(events[..], [Event::Done { finish_reason: FinishReason::Cancelled, .. }]),
+        "cancelled before its first token: {events:?}"
+    );
+    // The cancel was noticed within a few iterations, not after the prompt.
+    let meanwhile = std::iter::from_fn(|| stream.try_next()).count();
+    assert!(meanwhile < 100, "{meanwhile} tokens of the other stream before the cancel was noticed");
+    stream.cancel();
+    assert!(matches!(stream.last(), Some(Event::Done { finish_reason: FinishReason::Cancelled, .. })));
+}
+
+#[test]
+fn a_cancelled_request_leaves_the_queue_behind_one_the_kv_budget_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let probe = engine_with(&bundle, EngineOptions::default());
+    // Requests of 20 + 200 tokens; the budget holds one, not two.
+    let one = probe.model().kv_bytes_for(220);
+    drop(probe);
+    let engine = engine_with(&bundle, EngineOptions { kv_budget: Some(one * 3 / 2), ..EngineOptions::default() });
+    let mut running = engine.submit(tokens_request(vec![6; 20], 200)).unwrap();
+    assert!(matches!(running.next(), Some(Event::Token { .. })));
+    // Held back by the budget, and one behind it.
+    let held = engine.submit(tokens_request(vec![7; 20], 200)).unwrap();
+    let behind = engine.submit(tokens_request(vec![8; 20], 200)).unwrap();
+    behind.cancel();
+    let events: Vec<Event> = behind.collect();
+    assert!(matches!(events[..], [Event::Done { finish_reason: FinishReason::Cancelled, .. }]), "{events:?}");
+    // It left while the first request still ran (not once it reached the
+    // head of the queue, after the first was done).
+    let so_far: Vec<Event> = std::iter::from_fn(|| running.try_next()).collect();
+    assert!(!so_far.iter().any(|e| matches!(e, Event::Done { .. })), "{} events", so_far.len());
+    assert_eq!(running.collect_generation().unwrap().tokens.len() + so_far.len(), 199);
+    assert_eq!(held.collect_generation().unwrap().tokens.len(), 200);
+}

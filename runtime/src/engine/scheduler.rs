@@ -145,6 +145,18 @@ impl Scheduler {
     /// caches fit; the first that does not fit waits, and so do those behind
     /// it (no overtaking: a large request is not starved by small ones).
     fn admit_waiting(&mut self) {
+        // Cancelled requests leave the queue at once, wherever they are in
+        // it (one may wait behind a request the KV budget holds back).
+        let before = self.waiting.len();
+        self.waiting.retain(|job| {
+            let cancelled = job.cancel.load(Ordering::SeqCst);
+            if cancelled {
+                let done = Event::Done { finish_reason: FinishReason::Cancelled, stats: Default::default() };
+                let _ = job.events.send(done);
+            }
+            !cancelled
+        });
+        self.shared.waiting.fetch_sub(before - self.waiting.len(), Ordering::SeqCst);
         while self.running.len() + self.prefilling.len() < self.max_batch
             && let Some(job) = self.waiting.pop_front()
         {
