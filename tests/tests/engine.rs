@@ -299,7 +299,8 @@ fn the_kv_budget_refuses_what_never_fits_and_queues_what_fits_later() {
     assert!(one > 0 && model.kv_bytes_per_token() > 0);
     let budget = one * 3 / 2;
     let engine = engine_with(&bundle, EngineOptions { kv_budget: Some(budget), ..EngineOptions::default() });
-    let too_big = engine.generate(tokens_request(vec![5; 20], 100_000)).unwrap_err();
+    // Refused at submission: it never waits in the queue.
+    let too_big = engine.submit(tokens_request(vec![5; 20], 100_000)).err().unwrap();
     let tokens = model.context_length();
     let needed = model.kv_bytes_for(tokens);
     assert!(needed > budget);

@@ -348,6 +348,7 @@ pub struct Engine {
     model: Arc<ModelInfo>,
     max_batch: usize,
     max_waiting: usize,
+    kv_budget: Option<u64>,
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -377,6 +378,7 @@ impl Engine {
         let shared = Arc::new(Shared::default());
         let thread_shared = shared.clone();
         let max_waiting = options.max_waiting;
+        let kv_budget = options.kv_budget;
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let path: PathBuf = path.to_path_buf();
@@ -437,7 +439,7 @@ impl Engine {
             Ok(result) => result?,
             Err(_) => return Err(Error::EngineStopped),
         };
-        Ok(Engine { commands, model, max_batch, max_waiting, shared, thread: Mutex::new(Some(thread)) })
+        Ok(Engine { commands, model, max_batch, max_waiting, kv_budget, shared, thread: Mutex::new(Some(thread)) })
     }
 
     /// The model: tokenizer, chat template, config, defaults.
@@ -462,9 +464,23 @@ impl Engine {
         stats
     }
 
+    /// The KV budget in bytes ([`EngineOptions::kv_budget`]).
+    pub fn kv_budget(&self) -> Option<u64> {
+        self.kv_budget
+    }
+
     /// Queues a request; its events arrive on the returned stream. Refused
-    /// with [`Error::QueueFull`] when `max_waiting` requests already wait.
+    /// with [`Error::QueueFull`] when `max_waiting` requests already wait,
+    /// and with [`Error::KvBudget`] when its KV cache could never fit the
+    /// budget (other problems with a request arrive as its stream's `Failed`).
     pub fn submit(&self, request: Request) -> Result<Generating> {
+        if let Some(budget) = self.kv_budget {
+            let tokens = request.prompt.len().saturating_add(request.options.max_tokens).min(self.model.context);
+            let needed = self.model.kv_bytes_for(tokens);
+            if needed > budget {
+                return Err(Error::KvBudget { tokens, needed, budget });
+            }
+        }
         let waiting = self.shared.waiting.fetch_add(1, Ordering::SeqCst);
         if waiting >= self.max_waiting {
             self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
