@@ -1,14 +1,16 @@
 //! How prefill pieces change bits, and what the engine relies on instead.
 //!
 //! Splitting a prefill at an arbitrary point does NOT give the bits of the
-//! whole prefill on the CPU kernels: measured on a 40-token prompt (prefill
-//! `p[..k]`, then `p[k..39]`, then decode `p[39]`, against prefill `p[..39]`
-//! and decode `p[39]`), the logits differed for Llama 4-bit at k = 1..=8 and
-//! 31..=38 (a piece of 8 rows or fewer: the quantized product takes its
-//! matvec there and the GEMM past it), for Llama float at k = 2, 37, 38
-//! (MLX's matmul changes its accumulation with the rows), and for Gemma 3
-//! 4-bit at every k (a sliding-window prefill chunk attends over the cached
-//! window plus itself: a differently shaped masked attention).
+//! whole prefill on the CPU kernels. Measured (avx512 build, 2026-12-02) on a
+//! 40-token prompt, prefilling `p[..k]`, then `p[k..39]`, then decoding
+//! `p[39]`, against prefilling `p[..39]` and decoding `p[39]`: the logits
+//! differed for Llama 4-bit at k = 1..=8 and 31..=38 (whenever one piece has
+//! 8 rows or fewer: most likely the quantized product, which takes its
+//! matvec up to 8 rows and a GEMM past that), for Llama float at k = 2, 37
+//! and 38 (MLX's float matmul and attention change accumulation with the
+//! shape), and for Gemma 3 4-bit at every k (a sliding-window prefill chunk
+//! attends over the cached window plus itself: a differently shaped masked
+//! attention).
 //!
 //! So the engine always prefills in chunks that start at multiples of the
 //! chunk size, and its prefix cache reuses only whole chunks: a cached
