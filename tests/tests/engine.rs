@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use mlxcel_runtime::engine::{Engine, EngineOptions, EngineStats, Event, Request};
+use mlxcel_runtime::engine::{Engine, EngineOptions, EngineStats, Event, PrefixReuse, Request};
 use mlxcel_runtime::generate::{FinishReason, GenerationOptions};
 use mlxcel_runtime::loader::LoadOptions;
 use mlxcel_tests::tiny_bundle;
@@ -249,6 +249,37 @@ fn a_shared_prefix_is_reused_with_the_same_tokens() {
         assert_eq!((s.prefix_cache_hits, s.prefix_cache_misses, s.prefix_cache_tokens), (2, 1, 96), "{s:?}");
         assert!(s.prefix_cache_entries == 1 && s.prefix_cache_bytes > 0, "{s:?}");
     });
+}
+
+#[test]
+fn longest_reuse_takes_a_conversations_whole_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let options = |prefix_reuse| EngineOptions {
+        prefill_chunk: 8,
+        prefix_cache: 1 << 30,
+        prefix_reuse,
+        ..EngineOptions::default()
+    };
+    // Turn one: a 50-token prompt (not a whole number of chunks) and 10
+    // generated tokens; turn two repeats both and asks more.
+    let first = with_system("Why?!");
+    let turn = |engine: &Engine| {
+        let one = engine.generate(tokens_request(first.clone(), 10)).unwrap();
+        let mut second = first.clone();
+        second.extend(&one.tokens);
+        second.extend("And then?".bytes().map(u32::from));
+        (one, engine.generate(tokens_request(second, 6)).unwrap())
+    };
+    let (one, two) = turn(&engine_with(&bundle, options(PrefixReuse::Longest)));
+    assert_eq!(one.stats.cached_tokens, 0);
+    // Everything turn one's forward passes fed: its prompt and 9 of its 10
+    // tokens (the last one was sampled, never fed).
+    assert_eq!(two.stats.cached_tokens, first.len() + 9, "{:?}", two.stats);
+    assert_eq!(two.tokens.len(), 6);
+    // Exact reuse stops at the last whole chunk the first prompt filled.
+    let (_, exact) = turn(&engine_with(&bundle, options(PrefixReuse::Exact)));
+    assert_eq!(exact.stats.cached_tokens, 48, "{:?}", exact.stats);
 }
 
 #[test]

@@ -43,14 +43,18 @@
 //! With [`EngineOptions::prefix_cache`] bytes, a finished (or cancelled)
 //! sequence's caches are kept, with the tokens they hold, in a
 //! least-recently-used pool instead of being freed. A new request takes the
-//! entry sharing the longest prefix with its prompt, counted in whole
-//! prefill chunks that the entry prefilled, and not its prompt's last token
+//! entry sharing the longest prefix with its prompt (with
+//! [`PrefixReuse::Exact`], counted in whole prefill chunks that the entry
+//! prefilled), and not its prompt's last token
 //! (which goes through the decode step); the entry's caches are cut back to
 //! that length and only the rest of the prompt is prefilled. Its length is
 //! the request's [`GenerationStats::cached_tokens`]. A sliding-window layer
 //! can be cut back only while its ring has not wrapped, so an entry longer
-//! than a window is not reused there. Greedy output is the same with the
-//! cache as without it, bit for bit.
+//! than a window is not reused there. With [`PrefixReuse::Exact`] (the
+//! default) greedy output is the same with the cache as without it, bit for
+//! bit; [`PrefixReuse::Longest`] also reuses partial chunks and generated
+//! tokens (a chat's next turn skips its whole history) at the price of
+//! last-bit differences from a cold prefill.
 //!
 //! The two budgets: the pool holds at most `prefix_cache` bytes, and with a
 //! KV budget the pool and the reservations together hold at most
@@ -107,8 +111,31 @@ pub struct EngineOptions {
     pub kv_budget: Option<u64>,
     /// Bytes of KV state kept from finished requests for later ones that
     /// share their prefix (0: no prefix cache); least recently used first
-    /// out. Reuse is in whole `prefill_chunk`s.
+    /// out.
     pub prefix_cache: u64,
+    /// Which cached positions a request may reuse.
+    pub prefix_reuse: PrefixReuse,
+}
+
+/// Which positions of a prefix cache entry a new request may reuse: a
+/// trade between exact reproducibility and how much prefill is skipped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefixReuse {
+    /// Whole prefill chunks that the entry prefilled: every reused position
+    /// was computed exactly as a cold prefill computes it, so output is the
+    /// same with the cache as without it, bit for bit (and concurrent
+    /// greedy output equals serial whatever the cache holds). Prompts
+    /// shorter than a chunk reuse nothing, and neither do the tokens a
+    /// request generated.
+    #[default]
+    Exact,
+    /// The longest common prefix, the tokens the entry generated included (a
+    /// conversation's next turn reuses all of its history). The reused
+    /// positions were computed in other pieces than a cold prefill would
+    /// use (decode steps, other chunk boundaries), and the CPU kernels' bits
+    /// depend on the piece size: the continuation's logits may differ from
+    /// a cold prefill's in the last bits, as with llama.cpp's prompt cache.
+    Longest,
 }
 
 impl Default for EngineOptions {
@@ -121,6 +148,7 @@ impl Default for EngineOptions {
             context: None,
             kv_budget: None,
             prefix_cache: 0,
+            prefix_reuse: PrefixReuse::Exact,
         }
     }
 }
@@ -421,17 +449,7 @@ impl Engine {
                     kv,
                 });
                 if ready_tx.send(Ok(model.clone())).is_ok() {
-                    Scheduler::new(
-                        backend,
-                        model,
-                        max_batch,
-                        context,
-                        options.prefill_chunk,
-                        options.kv_budget,
-                        options.prefix_cache,
-                        thread_shared,
-                    )
-                    .run(inbox);
+                    Scheduler::new(backend, model, context, &options, thread_shared).run(inbox);
                 }
             })
             .map_err(|e| Error::Bundle(format!("starting the engine thread: {e}")))?;

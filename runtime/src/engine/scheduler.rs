@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 
 use super::prefix_cache::PrefixCache;
-use super::{Command, EngineStats, Event, Job, ModelInfo, Request, Shared};
+use super::{Command, EngineOptions, EngineStats, Event, Job, ModelInfo, PrefixReuse, Request, Shared};
 use crate::backend::{Backend, MlxBackend, SeqId};
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, SequenceState, TextStream, check_prompt_tokens};
@@ -46,6 +46,10 @@ pub(super) struct Scheduler {
     context: usize,
     /// Prompt tokens prefilled per iteration; chunks start at its multiples.
     prefill_chunk: usize,
+    /// Which cached positions a request may reuse.
+    prefix_reuse: PrefixReuse,
+    /// Reused prefixes are multiples of this (the chunk when exact, else 1).
+    reuse_unit: usize,
     /// Bytes of KV the running sequences and the prefix cache may hold together.
     kv_budget: Option<u64>,
     shared: Arc<Shared>,
@@ -68,29 +72,31 @@ enum Admission {
 }
 
 impl Scheduler {
-    #[allow(clippy::too_many_arguments)]
+    /// The loop over `backend`, for sequences of at most `context` tokens.
     pub fn new(
         backend: MlxBackend,
         model: Arc<ModelInfo>,
-        max_batch: usize,
         context: usize,
-        prefill_chunk: usize,
-        kv_budget: Option<u64>,
-        prefix_cache: u64,
+        options: &EngineOptions,
         shared: Arc<Shared>,
     ) -> Scheduler {
         Scheduler {
             backend,
             model,
-            max_batch,
+            max_batch: options.max_batch,
             context,
-            prefill_chunk,
-            kv_budget,
+            prefill_chunk: options.prefill_chunk,
+            reuse_unit: match options.prefix_reuse {
+                PrefixReuse::Exact => options.prefill_chunk,
+                PrefixReuse::Longest => 1,
+            },
+            prefix_reuse: options.prefix_reuse,
+            kv_budget: options.kv_budget,
             shared,
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
             running: Vec::new(),
-            pool: PrefixCache::new(prefix_cache),
+            pool: PrefixCache::new(options.prefix_cache),
             counters: EngineStats::default(),
         }
     }
@@ -206,7 +212,7 @@ impl Scheduler {
         let need = self.model.kv.bytes_for(tokens);
         let mut hit = if self.pool.enabled() {
             let backend = &self.backend;
-            self.pool.best(prompt, self.prefill_chunk, |s, len| backend.can_truncate(s, len).unwrap_or(false))
+            self.pool.best(prompt, self.reuse_unit, |s, len| backend.can_truncate(s, len).unwrap_or(false))
         } else {
             None
         };
@@ -399,8 +405,11 @@ impl Scheduler {
             return;
         }
         let tokens = r.state.history()[..held].to_vec();
-        // Whole chunks only (a sequence cancelled mid-prompt prefilled `fed`).
-        let reusable = r.fed.min(r.prompt.len() - 1) / self.prefill_chunk * self.prefill_chunk;
+        let reusable = match self.prefix_reuse {
+            // Whole chunks only (a sequence cancelled mid-prompt prefilled `fed`).
+            PrefixReuse::Exact => r.fed.min(r.prompt.len() - 1) / self.prefill_chunk * self.prefill_chunk,
+            PrefixReuse::Longest => held,
+        };
         let bytes = self.backend.cache_bytes(r.seq).unwrap_or(0) as u64;
         for s in self.pool.insert(r.seq, tokens, reusable, bytes) {
             self.backend.release_sequence(s);
