@@ -26,10 +26,18 @@ impl Server {
     /// Starts `mlxcel-server --bundle BUNDLE --port 0 ARGS` and waits for
     /// its startup line (not for the model).
     fn spawn(bundle: &Path, args: &[&str]) -> Server {
+        Server::spawn_env(bundle, args, &[])
+    }
+
+    /// [`Server::spawn`] with environment variables.
+    fn spawn_env(bundle: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(mlxcel_server_bin())
-            .args(["--bundle", bundle.to_str().unwrap(), "--port", "0", "--threads", "1"])
+            .args(["--bundle", bundle.to_str().unwrap(), "--port", "0"])
+            // One kernel thread each: tests run side by side on few cores.
+            .args(if args.contains(&"--threads") { &[][..] } else { &["--threads", "1"][..] })
             .args(args)
             .env("MLXCEL_DEVICE", "cpu")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -57,7 +65,12 @@ impl Server {
 
     /// Starts a server and waits until /health answers 200.
     fn start(bundle: &Path, args: &[&str]) -> Server {
-        let server = Server::spawn(bundle, args);
+        Server::start_env(bundle, args, &[])
+    }
+
+    /// [`Server::start`] with environment variables.
+    fn start_env(bundle: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn_env(bundle, args, env);
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let (status, _) = server.get("/health");
@@ -685,4 +698,33 @@ fn concurrent_greedy_requests_equal_serial_ones_on_smollm2() {
     });
     assert_eq!(concurrent, serial);
     assert!(serial.iter().any(|t| t.as_str().is_some_and(|t| !t.is_empty())));
+}
+
+/// llama-server's variables configure the server; `MLXCEL_*` ones and flags win.
+#[test]
+fn llama_server_variables_are_fallbacks_and_cors_is_opt_in() {
+    let n_ctx = |server: &Server, key: &str| -> Value {
+        let (status, text) = server.get_with("/v1/models", &[("authorization", &format!("Bearer {key}"))]);
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str::<Value>(&text).unwrap()["data"][0]["meta"]["n_ctx"].clone()
+    };
+    let llama = [("LLAMA_ARG_CTX_SIZE", "64"), ("LLAMA_API_KEY", "k1,k2"), ("LLAMA_ARG_ENDPOINT_METRICS", "1")];
+    let server = Server::start_env(tiny(), &["-np", "2"], &llama);
+    assert_eq!(n_ctx(&server, "k2"), 64);
+    assert_eq!(server.get("/v1/models").0, 401, "LLAMA_API_KEY set keys");
+    assert_eq!(server.get_with("/metrics", &[("x-api-key", "k1")]).0, 200, "LLAMA_ARG_ENDPOINT_METRICS=1");
+    // No CORS headers unless asked.
+    let r = Server::agent().get(&server.url("/health")).header("origin", "http://a.example").call().unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    drop(server);
+
+    let mut env = llama.to_vec();
+    env.push(("MLXCEL_CTX_SIZE", "32"));
+    let server = Server::start_env(tiny(), &["--cors-origin", "http://a.example"], &env);
+    assert_eq!(n_ctx(&server, "k1"), 32, "MLXCEL_CTX_SIZE wins over LLAMA_ARG_CTX_SIZE");
+    let r = Server::agent().get(&server.url("/health")).header("origin", "http://a.example").call().unwrap();
+    assert_eq!(r.headers().get("access-control-allow-origin").unwrap(), "http://a.example");
+    drop(server);
+    let server = Server::start_env(tiny(), &["--ctx-size", "48"], &env);
+    assert_eq!(n_ctx(&server, "k1"), 48, "the flag wins over both");
 }
