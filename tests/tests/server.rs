@@ -698,6 +698,27 @@ fn concurrent_greedy_requests_equal_serial_ones_on_smollm2() {
     });
     assert_eq!(concurrent, serial);
     assert!(serial.iter().any(|t| t.as_str().is_some_and(|t| !t.is_empty())));
+    drop(server);
+
+    // --timeout: a request running longer is cancelled: 503 "timeout"
+    // whole, an error event then [DONE] streamed. Counting goes on for
+    // longer than a second.
+    let server = Server::start(&bundle, &["--timeout", "1", "--threads", "2", "--metrics"]);
+    let counting = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 4000, "temperature": 0});
+    let started = Instant::now();
+    let (status, body) = server.post("/v1/completions", &counting);
+    assert_eq!(assert_error(status, &body, 503, "unavailable_error")["code"], "timeout");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let mut streamed = counting.clone();
+    streamed["stream"] = json!(true);
+    let (status, data) = server.post_stream("/v1/completions", &streamed);
+    assert_eq!(status, 200);
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "timeout", "{error}");
+    wait_for("the timed-out requests to end", Duration::from_secs(2), || {
+        server.metric("mlxcel_requests_running") == 0.0
+    });
 }
 
 /// llama-server's variables configure the server; `MLXCEL_*` ones and flags win.

@@ -214,7 +214,21 @@ async fn serve(args: ServerArgs) -> Result<()> {
             }
         }
     };
-    axum::serve(listener, app).with_graceful_shutdown(stop).await.context("serving")?;
+    let serving = axum::serve(listener, app).with_graceful_shutdown(stop).into_future();
+    // Once the grace is over and the requests are cancelled, their
+    // connections close; one whose client stopped reading would hold the
+    // server forever: give them a few seconds more, then stop anyway.
+    let last_call = {
+        let cancelled = state.shutdown.cancelled();
+        async move {
+            cancelled.await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    };
+    tokio::select! {
+        result = serving => result.context("serving")?,
+        () = last_call => tracing::warn!("connections still open after the grace period: closing them"),
+    }
     if let Ok(e) = failed_rx.await {
         return Err(e);
     }

@@ -196,7 +196,13 @@ async fn apply_template(State(state): State<Shared>, body: Bytes) -> Result<Json
     let model = state.model()?.clone();
     let object = parse_object(&body, &["messages"])?;
     let messages = openai::messages(&object)?;
-    let template = model.chat_template.as_ref().ok_or_else(|| ApiError::invalid("the bundle has no chat template"))?;
-    let prompt = template.render(&messages, true, model.tokenizer.bos_text(), model.tokenizer.eos_text())?;
+    // Rendering is CPU work (bounded by the template's fuel).
+    let prompt = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {
+        let template =
+            model.chat_template.as_ref().ok_or_else(|| ApiError::invalid("the bundle has no chat template"))?;
+        Ok(template.render(&messages, true, model.tokenizer.bos_text(), model.tokenizer.eos_text())?)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
     Ok(Json(json!({"prompt": prompt})))
 }
