@@ -157,9 +157,17 @@ fn truthy(value: &str) -> bool {
 }
 
 impl ServerArgs {
-    /// Parses the command line, with `env` looked up for the `LLAMA_*`
-    /// fallbacks (the `MLXCEL_*` variables clap reads itself).
+    /// Parses the process's command line, with `env` looked up for the
+    /// `LLAMA_*` fallbacks (the `MLXCEL_*` variables clap reads itself).
     pub fn parse_with(env: impl Fn(&str) -> Option<String>) -> Result<ServerArgs, clap::Error> {
+        ServerArgs::parse_from_with(std::env::args_os(), env)
+    }
+
+    /// [`ServerArgs::parse_with`] of `argv` (its first item is the program).
+    pub fn parse_from_with(
+        argv: impl IntoIterator<Item = std::ffi::OsString>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ServerArgs, clap::Error> {
         let mut command = ServerArgs::command();
         for &(id, var) in LLAMA_ENV {
             let Some(value) = env(var) else { continue };
@@ -174,8 +182,45 @@ impl ServerArgs {
             });
         }
         // llama-server's two-letter short flag `-np`, which clap cannot declare.
-        let argv = std::env::args_os().map(|a| if a == "-np" { "--parallel".into() } else { a });
+        let argv = argv.into_iter().map(|a| if a == "-np" { "--parallel".into() } else { a });
         let matches = command.try_get_matches_from(argv)?;
         ServerArgs::from_arg_matches(&matches)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str], env: &[(&str, &str)]) -> Result<ServerArgs, clap::Error> {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let argv = std::iter::once("mlxcel-server").chain(argv.iter().copied()).map(std::ffi::OsString::from);
+        ServerArgs::parse_from_with(argv, |name| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn llama_variables_are_fallbacks_under_the_flags() {
+        let args = parse(&["--bundle", "m.mlxb"], &[]).unwrap();
+        assert_eq!((args.port, args.parallel, args.ctx_size, args.timeout), (8080, 4, 0, 600));
+        assert!(!args.metrics && args.api_keys.is_empty());
+        let env = [
+            ("LLAMA_ARG_PORT", "9000"),
+            ("LLAMA_ARG_N_PARALLEL", "3"),
+            ("LLAMA_API_KEY", "a, b"),
+            ("LLAMA_ARG_ENDPOINT_METRICS", "true"),
+            ("LLAMA_ARG_CACHE_RAM", "-1"),
+            ("LLAMA_ARG_THREADS", "2"),
+        ];
+        let args = parse(&["--bundle", "m.mlxb"], &env).unwrap();
+        assert_eq!((args.port, args.parallel, args.threads), (9000, 3, Some(2)));
+        assert_eq!(args.api_keys, ["a", "b"]);
+        assert!(args.metrics);
+        assert_eq!(args.cache_ram, u64::MAX >> 20);
+        let args = parse(&["--bundle", "m.mlxb", "--port", "1", "-np", "7", "--api-key", "c"], &env).unwrap();
+        assert_eq!((args.port, args.parallel), (1, 7));
+        assert_eq!(args.api_keys, ["c"]);
+        // A bad fallback value is refused naming the flag.
+        let err = parse(&["--bundle", "m.mlxb"], &[("LLAMA_ARG_N_PARALLEL", "0")]).unwrap_err().to_string();
+        assert!(err.contains("--parallel") && err.contains("at least 1"), "{err}");
     }
 }
