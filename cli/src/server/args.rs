@@ -38,9 +38,10 @@ pub struct ServerArgs {
           default_value_t = 4, value_parser = flags::count(1, 4096))]
     pub parallel: usize,
 
-    /// The most requests waiting for a slot; more are refused with 429 and
-    /// a Retry-After header.
-    #[arg(long, value_name = "N", env = "MLXCEL_MAX_QUEUE", default_value_t = 64, value_parser = flags::count(0, 1 << 20))]
+    /// The most requests waiting for a slot (a request counts from its
+    /// arrival until the engine admits it, so at least 1); more are refused
+    /// with 429 and a Retry-After header.
+    #[arg(long, value_name = "N", env = "MLXCEL_MAX_QUEUE", default_value_t = 64, value_parser = flags::count(1, 1 << 20))]
     pub max_queue: usize,
 
     /// The most tokens one request may hold, prompt and generation (0: the
