@@ -193,3 +193,25 @@ pub async fn envelope_layer(response: Response<Body>) -> Response<Body> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_errors_map_to_the_client_or_the_server() {
+        let e: ApiError = Error::InvalidParameter { name: "top_p", message: "must be ...".into() }.into();
+        assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some("top_p")));
+        let e: ApiError = Error::ContextOverflow { prompt: 10, requested: 0, context: 8 }.into();
+        assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, Some("context_length_exceeded")));
+        let e: ApiError = Error::KvBudget { tokens: 1, needed: 2, budget: 1 }.into();
+        assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, Some("kv_budget_exceeded")));
+        let e: ApiError = Error::QueueFull { waiting: 3 }.into();
+        assert_eq!((e.status, e.retry_after), (StatusCode::TOO_MANY_REQUESTS, Some(1)));
+        let e: ApiError = Error::EngineStopped.into();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        let e: ApiError = Error::Step("boom".into()).into();
+        assert_eq!((e.status, e.kind), (StatusCode::INTERNAL_SERVER_ERROR, "server_error"));
+        assert_eq!(e.body()["error"]["message"], "the decode step failed: boom");
+    }
+}

@@ -483,3 +483,65 @@ fn completion_prompt(prompt: &Value, model: &ModelInfo) -> Result<(Vec<u32>, usi
         _ => Err(ApiError::invalid_param("prompt", "a prompt must be a string, a list of one string or token ids")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> ApiError {
+        parse_object(body.as_bytes(), CHAT_FIELDS).unwrap_err()
+    }
+
+    #[test]
+    fn unknown_and_unsupported_fields_are_named() {
+        let e = refused(r#"{"messages": [], "frobnicate": 1}"#);
+        assert_eq!(e.param.as_deref(), Some("frobnicate"));
+        assert!(e.message.contains("unknown field"), "{}", e.message);
+        let e = refused(r#"{"messages": [], "tools": []}"#);
+        assert_eq!((e.param.as_deref(), e.code), (Some("tools"), Some("unsupported_parameter")));
+        // A null unsupported field is an absent one.
+        assert!(parse_object(br#"{"messages": [], "tools": null}"#, CHAT_FIELDS).is_ok());
+        assert!(refused("[1]").message.contains("JSON object"));
+        assert!(refused("{").message.contains("not valid JSON"));
+        // Completions know no chat fields.
+        let e = parse_object(br#"{"prompt": "x", "messages": []}"#, COMPLETION_FIELDS).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_path() {
+        let object =
+            parse_object(br#"{"messages": [{"role": "user", "content": "x"}], "seed": "s"}"#, CHAT_FIELDS).unwrap();
+        let e = typed::<Common>(&object).err().unwrap();
+        assert_eq!(e.param.as_deref(), Some("seed"));
+        let object = parse_object(br#"{"messages": [{"role": 1, "content": "x"}]}"#, CHAT_FIELDS).unwrap();
+        assert_eq!(messages(&object).unwrap_err().param.as_deref(), Some("messages[0].role"));
+    }
+
+    #[test]
+    fn messages_take_text_parts_and_map_developer_to_system() {
+        let object = parse_object(
+            br#"{"messages": [{"role": "developer", "content": "d"},
+                              {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}"#,
+            CHAT_FIELDS,
+        )
+        .unwrap();
+        assert_eq!(messages(&object).unwrap(), [Message::new("system", "d"), Message::new("user", "ab")]);
+        let object =
+            parse_object(br#"{"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}"#, CHAT_FIELDS)
+                .unwrap();
+        let e = messages(&object).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content[0].type"));
+        assert!(e.message.contains("input_audio"), "{}", e.message);
+        let object = parse_object(br#"{"messages": []}"#, CHAT_FIELDS).unwrap();
+        assert!(messages(&object).is_err());
+    }
+
+    #[test]
+    fn stop_strings_are_bounded_and_not_empty() {
+        assert_eq!(stop_strings(Some(Stop::One("x".into()))).unwrap(), ["x"]);
+        assert!(stop_strings(Some(Stop::Many(vec![String::new()]))).is_err());
+        assert!(stop_strings(Some(Stop::Many(vec!["s".into(); MAX_STOP + 1]))).is_err());
+        assert!(stop_strings(None).unwrap().is_empty());
+    }
+}
