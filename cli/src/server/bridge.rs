@@ -37,6 +37,8 @@ pub struct Events {
     last_token: Option<Instant>,
     /// Time from submission to the first token.
     pub time_to_first_token: Option<Duration>,
+    /// Tokens received so far.
+    pub tokens: usize,
     ended: bool,
 }
 
@@ -65,6 +67,7 @@ impl Events {
             submitted: Instant::now(),
             last_token: None,
             time_to_first_token: None,
+            tokens: 0,
             ended: false,
         })
     }
@@ -92,6 +95,7 @@ impl Events {
         };
         match &event {
             Event::Token { .. } => {
+                self.tokens += 1;
                 let now = Instant::now();
                 let metrics = &self.state.metrics;
                 match self.last_token {

@@ -57,6 +57,20 @@ struct Job {
     events: Events,
     started: Instant,
     n: u64,
+    /// Set once the log line is written; a job dropped before (its client
+    /// went away, its future dropped) logs then.
+    logged: bool,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.logged {
+            // Nginx's "client closed request" for a whole answer; a stream
+            // had already sent its 200. Dropping `events` cancels the request.
+            let status = if self.prepared.stream { 200 } else { 499 };
+            log_line(self, status, "client disconnected", None);
+        }
+    }
 }
 
 async fn start(state: Shared, kind: Kind, body: Bytes) -> Result<Response, ApiError> {
@@ -86,16 +100,22 @@ async fn start(state: Shared, kind: Kind, body: Bytes) -> Result<Response, ApiEr
     };
     let n = state.next_id();
     let envelope = Envelope::new(kind, n, state.model_name().to_string());
-    let job = Job { model, envelope, prepared, events, started, n };
+    let job = Job { model, envelope, prepared, events, started, n, logged: false };
     let mut response = if job.prepared.stream { stream(job, first) } else { whole(job, first).await? };
     response.extensions_mut().insert(LoggedByHandler);
     Ok(response)
 }
 
 /// The per-request log line.
-fn log_line(job: &Job, status: u16, outcome: &str, stats: Option<&GenerationStats>) {
+fn log_line(job: &mut Job, status: u16, outcome: &str, stats: Option<&GenerationStats>) {
+    job.logged = true;
     let path = if job.envelope.kind == Kind::Chat { "/v1/chat/completions" } else { "/v1/completions" };
-    let s = stats.cloned().unwrap_or_default();
+    // Without the engine's figures (a failure, a disconnect): what is known here.
+    let s = stats.cloned().unwrap_or_else(|| GenerationStats {
+        prompt_tokens: job.prepared.prompt.len(),
+        generated_tokens: job.events.tokens,
+        ..GenerationStats::default()
+    });
     let ttft_ms = job.events.time_to_first_token.map_or(0.0, |t| t.as_secs_f64() * 1e3);
     tracing::info!(
         id = job.n,
@@ -139,7 +159,7 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
             Ok(Event::Text(piece)) => text.push_str(&piece),
             Ok(Event::Done { finish_reason: FinishReason::Cancelled, stats }) => {
                 let e: ApiError = mlxcel_runtime::Error::EngineStopped.into();
-                log_line(&job, e.status.as_u16(), "cancelled", Some(&stats));
+                log_line(&mut job, e.status.as_u16(), "cancelled", Some(&stats));
                 return Err(e);
             }
             Ok(Event::Done { finish_reason: reason, stats }) => {
@@ -147,16 +167,16 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
                 let lp =
                     job.prepared.logprobs.map(|_| job.envelope.logprobs(&job.model.tokenizer, &logprobs, &mut offset));
                 let body = job.envelope.completion(text, lp, finish_reason(reason), &stats);
-                log_line(&job, 200, finish_reason(reason), Some(&stats));
+                log_line(&mut job, 200, finish_reason(reason), Some(&stats));
                 return Ok(axum::Json(body).into_response());
             }
             Ok(Event::Failed(e)) => {
                 let e: ApiError = e.into();
-                log_line(&job, e.status.as_u16(), "failed", None);
+                log_line(&mut job, e.status.as_u16(), "failed", None);
                 return Err(e);
             }
             Err(e) => {
-                log_line(&job, e.status.as_u16(), e.code.unwrap_or("error"), None);
+                log_line(&mut job, e.status.as_u16(), e.code.unwrap_or("error"), None);
                 return Err(e);
             }
         }
@@ -169,18 +189,6 @@ struct Streaming {
     first: Option<Event>,
     role_sent: bool,
     offset: usize,
-    /// Set once the log line is written (at the end, or on drop when the
-    /// client went away).
-    logged: bool,
-}
-
-impl Drop for Streaming {
-    fn drop(&mut self) {
-        if !self.logged {
-            // The client closed the connection: dropping `job.events` cancels the request.
-            log_line(&self.job, 200, "client disconnected", None);
-        }
-    }
 }
 
 fn data(value: &Value) -> SseEvent {
@@ -201,8 +209,7 @@ impl Streaming {
     }
 
     fn error(&mut self, e: ApiError, out: &mut Vec<SseEvent>) {
-        self.logged = true;
-        log_line(&self.job, 200, e.code.unwrap_or("error"), None);
+        log_line(&mut self.job, 200, e.code.unwrap_or("error"), None);
         out.push(data(&e.body()));
         out.push(done_marker());
     }
@@ -244,8 +251,7 @@ impl Streaming {
                     out.push(data(&self.job.envelope.usage_chunk(&stats)));
                 }
                 out.push(done_marker());
-                self.logged = true;
-                log_line(&self.job, 200, reason, Some(&stats));
+                log_line(&mut self.job, 200, reason, Some(&stats));
                 (out, true)
             }
             Ok(Event::Failed(e)) => {
@@ -265,7 +271,7 @@ impl Streaming {
 /// request.
 fn stream(job: Job, first: Event) -> Response {
     let offset = job.prepared.prompt_chars;
-    let state = Streaming { job, first: Some(first), role_sent: false, offset, logged: false };
+    let state = Streaming { job, first: Some(first), role_sent: false, offset };
     let events = futures_util::stream::unfold((state, false), |(mut state, ended)| async move {
         if ended {
             return None;
