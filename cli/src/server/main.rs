@@ -203,14 +203,21 @@ async fn serve(args: ServerArgs) -> Result<()> {
     }
     let grace = Duration::from_secs(args.shutdown_grace as u64);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    // A bundle that cannot load ends the server; a loaded one leaves the
+    // signal to end it.
+    let load_failed = async move {
+        match loaded_rx.await {
+            Ok(Ok(())) => std::future::pending().await,
+            Ok(Err(e)) => e,
+            Err(_) => anyhow::anyhow!("the loading task panicked"),
+        }
+    };
     let stop = {
         let state = state.clone();
         async move {
             tokio::select! {
                 () = shutdown::on_signal(state, grace) => {}
-                // A bundle that cannot load ends the server (a loaded one
-                // does not match: the signal is then awaited alone).
-                Ok(Err(e)) = loaded_rx => { let _ = failed_tx.send(e); }
+                e = load_failed => { let _ = failed_tx.send(e); }
             }
         }
     };
@@ -253,8 +260,12 @@ fn main() -> ExitCode {
         )
         .init();
     let result = apply_settings(args.device, args.isa, args.threads).and_then(|_| {
+        // Each request in the engine holds a blocking thread (its bridge);
+        // tokenizing and rendering take a few more.
+        let blocking = (args.parallel + args.max_queue + 64).min(1 << 16);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
+            .max_blocking_threads(blocking)
             .thread_name("mlxcel-server")
             .build()
             .context("starting the async runtime")?;
