@@ -17,7 +17,7 @@ use mlxcel_mlx::fast::Isa;
 /// (/v1/chat/completions, /v1/completions, /v1/models) and llama-server's
 /// extras (/health, /metrics, /tokenize, /detokenize, /apply-template).
 #[derive(Parser, Debug)]
-#[command(name = "mlxcel-server", version)]
+#[command(name = "mlxcel-server", version, long_version = long_version())]
 pub struct ServerArgs {
     /// The bundle to serve (`mlxcel-compile` makes one).
     #[arg(long, value_name = "PATH", env = "MLXCEL_BUNDLE")]
@@ -125,6 +125,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "N", env = "MLXCEL_PREFILL_CHUNK", default_value_t = 512,
           value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
+}
+
+/// `--version`: ours and the linked MLX's.
+fn long_version() -> String {
+    format!("{}\nMLX {}", env!("CARGO_PKG_VERSION"), mlxcel_mlx::mlx_version())
 }
 
 /// llama-server's variables read as fallbacks: (argument id, variable).
