@@ -3,7 +3,11 @@
 //! reading or hang up mid-stream).
 //!
 //! Most tests serve the tiny bundle (byte-level tokenizer, end token 255);
-//! the batch-invariance test serves the real SmolLM2 bundle.
+//! the batch-invariance and timeout test serves the real SmolLM2 bundle.
+//!
+//! The binaries are not dependencies of this crate: build them first
+//! (`cargo build -p mlxcel-cli -p mlxcel-compiler`), or a stale
+//! `mlxcel-server` is tested.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
