@@ -1,22 +1,23 @@
 //! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles.
 
 mod bench;
-mod flags;
 mod input;
 mod inspect;
 mod output;
 mod run;
 mod verify;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{ArgAction, Parser, Subcommand};
+use mlxcel_cli::flags;
+use mlxcel_cli::process::{apply_settings, check_bundle_path, parse_device};
 use mlxcel_mlx::Device;
 use mlxcel_mlx::device::DeviceRequest;
 use mlxcel_mlx::fast::Isa;
-use mlxcel_mlx::settings::{self, Settings};
+use mlxcel_mlx::settings;
 
 use crate::output::{EXIT_CODES_HELP, EXIT_ERROR, EXIT_OK, EXIT_USAGE, Stdout, describe, exit_code, note};
 
@@ -99,34 +100,11 @@ fn devices(out: &Stdout, chosen: Device) -> Result<()> {
     out.line(&format!("(* = used by default; set {} to cpu, gpu or auto)", settings::DEVICE))
 }
 
-/// Refuses a bundle path that is a directory before the bundle reader
-/// tries to map it (which fails with the confusing "No such device").
-pub(crate) fn check_bundle_path(path: &Path) -> Result<()> {
-    if path.is_dir() {
-        bail!("{} is a directory, not a bundle file", path.display());
-    }
-    Ok(())
-}
-
-fn parse_device(value: &str) -> std::result::Result<DeviceRequest, String> {
-    DeviceRequest::parse(value).ok_or_else(|| format!("{value:?} is not a device: use cpu, gpu or auto"))
-}
-
 fn run(cli: Cli) -> Result<()> {
     // The process settings (device, kernel ISA, threads, ...: README.md),
     // read once from the environment, the flags taking precedence; a bad
     // value stops here, naming the variable or flag.
-    let mut settings = Settings::from_env(|name| std::env::var(name).ok())?;
-    if let Some(device) = cli.device {
-        settings.device = device;
-    }
-    if let Some(isa) = cli.isa {
-        settings.isa = Some(isa);
-    }
-    if let Some(threads) = cli.threads {
-        settings.threads = Some(usize::from(threads));
-    }
-    let device = settings.apply()?;
+    let device = apply_settings(cli.device, cli.isa, cli.threads.map(usize::from))?;
     let out = Stdout::new();
     if cli.version {
         return out.line(&version_text(device));

@@ -128,6 +128,25 @@ impl Tokenizer {
         }
     }
 
+    /// The bytes token `id` stands for (OpenAI's logprobs `bytes`). A token
+    /// that is not whole UTF-8 on its own (part of a character) decodes to
+    /// U+FFFD; its bytes then come from its spelling: a byte-fallback token
+    /// (`<0xAB>`) or GPT-2's byte-level alphabet.
+    pub fn token_bytes(&self, id: u32) -> Result<Vec<u8>> {
+        let text = self.decode(&[id], false)?;
+        if !text.contains('\u{FFFD}') {
+            return Ok(text.into_bytes());
+        }
+        let Some(spelling) = self.id_to_token(id)? else { return Ok(text.into_bytes()) };
+        if let Some(hex) = spelling.strip_prefix("<0x").and_then(|s| s.strip_suffix('>'))
+            && hex.len() == 2
+            && let Ok(byte) = u8::from_str_radix(hex, 16)
+        {
+            return Ok(vec![byte]);
+        }
+        Ok(spelling.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| text.into_bytes()))
+    }
+
     /// Ids that end generation.
     pub fn eos_ids(&self) -> &[u32] {
         &self.eos
@@ -172,6 +191,18 @@ impl Tokenizer {
             Inner::Json(t, guard) => t.get_vocab(true).into_values().chain(guard.declared_max_id).max(),
         }
     }
+}
+
+/// The byte a character of GPT-2's byte-level alphabet stands for: printable
+/// bytes are themselves, the other 68 (controls, space, 127..=160, 173)
+/// are U+0100.. in byte order.
+fn byte_level_byte(c: char) -> Option<u8> {
+    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    let code = c as u32;
+    if code < 256 {
+        return printable(code as u8).then_some(code as u8);
+    }
+    (0..=255u8).filter(|&b| !printable(b)).nth((code - 256) as usize)
 }
 
 /// Turns a stream of token ids into a stream of text pieces.
@@ -257,5 +288,16 @@ mod tests {
         );
         // The post-processor's id counts as one the tokenizer can produce.
         assert_eq!(t.max_token_id(), Some(7));
+    }
+
+    #[test]
+    fn byte_level_characters_map_back_to_their_bytes() {
+        assert_eq!(byte_level_byte('a'), Some(b'a'));
+        assert_eq!(byte_level_byte('\u{0100}'), Some(0));
+        // GPT-2's "Ġ" is the space.
+        assert_eq!(byte_level_byte('Ġ'), Some(b' '));
+        assert_eq!(byte_level_byte('\u{0143}'), Some(173));
+        assert_eq!(byte_level_byte('\u{0144}'), None);
+        assert_eq!(byte_level_byte(' '), None);
     }
 }

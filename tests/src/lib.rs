@@ -273,6 +273,13 @@ pub fn export_mlx_lm_dir(bundle: &Path, out: &Path) {
     std::fs::write(out.join("tokenizer_config.json"), tc.to_string()).expect("tokenizer_config.json");
 }
 
+/// The `mlxcel-server` binary built for this test run.
+pub fn mlxcel_server_bin() -> PathBuf {
+    let p = mlxcel_bin().with_file_name("mlxcel-server");
+    assert!(p.is_file(), "{} is missing: build the workspace first (cargo build)", p.display());
+    p
+}
+
 /// The `mlxcel-compile` binary built for this test run.
 pub fn mlxcel_compile_bin() -> PathBuf {
     mlxcel_bin().with_file_name("mlxcel-compile")

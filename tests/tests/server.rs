@@ -1,0 +1,755 @@
+//! `mlxcel-server` end to end: the real binary on loopback, driven over
+//! HTTP (ureq for whole answers, raw sockets where a test needs to stop
+//! reading or hang up mid-stream).
+//!
+//! Most tests serve the tiny bundle (byte-level tokenizer, end token 255);
+//! the batch-invariance and timeout test serves the real SmolLM2 bundle.
+//!
+//! The binaries are not dependencies of this crate: build them first
+//! (`cargo build -p mlxcel-cli -p mlxcel-compiler`), or a stale
+//! `mlxcel-server` is tested.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mlxcel_tests::{mlxcel_compile_bin, mlxcel_server_bin, real_model, tiny_bundle};
+use serde_json::{Value, json};
+
+/// A running server; killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `mlxcel-server --bundle BUNDLE --port 0 ARGS` and waits for
+    /// its startup line (not for the model).
+    fn spawn(bundle: &Path, args: &[&str]) -> Server {
+        Server::spawn_env(bundle, args, &[])
+    }
+
+    /// [`Server::spawn`] with environment variables.
+    fn spawn_env(bundle: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(mlxcel_server_bin())
+            .args(["--bundle", bundle.to_str().unwrap(), "--port", "0"])
+            // One kernel thread each: tests run side by side on few cores.
+            .args(if args.contains(&"--threads") { &[][..] } else { &["--threads", "1"][..] })
+            .args(args)
+            .env("MLXCEL_DEVICE", "cpu")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting mlxcel-server");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+                    }
+                    log.lock().unwrap().push_str(&(line + "\n"));
+                }
+            });
+        }
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("mlxcel-server printed no address:\n{}", log.lock().unwrap()));
+        Server { child, addr, log }
+    }
+
+    /// Starts a server and waits until /health answers 200.
+    fn start(bundle: &Path, args: &[&str]) -> Server {
+        Server::start_env(bundle, args, &[])
+    }
+
+    /// [`Server::start`] with environment variables.
+    fn start_env(bundle: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn_env(bundle, args, env);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, _) = server.get("/health");
+            if status == 200 {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "not healthy in time:\n{}", server.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder().http_status_as_error(false).build().into()
+    }
+
+    /// GET: status and body text.
+    fn get(&self, path: &str) -> (u16, String) {
+        self.get_with(path, &[])
+    }
+
+    fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut request = Server::agent().get(&self.url(path));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        match request.call() {
+            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
+            Err(_) => (0, String::new()),
+        }
+    }
+
+    /// POST a raw body: status, headers we check, and body text.
+    fn post_raw(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
+        let mut request = Server::agent().post(&self.url(path)).header("content-type", "application/json");
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let mut r = request.send(body).expect("POST");
+        let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+        let text = r.body_mut().with_config().limit(64 << 20).read_to_string().unwrap();
+        (r.status().as_u16(), retry, text)
+    }
+
+    /// POST JSON: status and JSON body.
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (status, _, text) = self.post_raw(path, &body.to_string(), &[]);
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+    }
+
+    /// POST a streamed request: status and the `data:` payloads.
+    fn post_stream(&self, path: &str, body: &Value) -> (u16, Vec<String>) {
+        let (status, _, text) = self.post_raw(path, &body.to_string(), &[]);
+        (status, sse_data(&text))
+    }
+
+    /// A metric's value from /metrics.
+    fn metric(&self, name: &str) -> f64 {
+        let (status, text) = self.get("/metrics");
+        assert_eq!(status, 200, "{text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `data:` payloads of an SSE body.
+fn sse_data(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string))
+        .collect()
+}
+
+/// The tiny bundle, made once per test binary.
+fn tiny() -> &'static Path {
+    static BUNDLE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = BUNDLE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny_bundle(dir.path(), "llama", 4);
+        (dir, path)
+    });
+    path
+}
+
+/// Asserts an error envelope with `status`, and returns its `error` object.
+fn assert_error(status: u16, body: &Value, expected: u16, kind: &str) -> Value {
+    assert_eq!(status, expected, "{body}");
+    let error = &body["error"];
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert_eq!(error["type"], kind, "{body}");
+    assert!(error.get("param").is_some() && error.get("code").is_some(), "{body}");
+    error.clone()
+}
+
+fn chat_body(content: &str, max_tokens: u64) -> Value {
+    json!({"model": "x", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0})
+}
+
+/// A prompt the tiny model answers greedily for at least `tokens` tokens
+/// (no end token), found by trying a few: what the long-running tests use.
+fn long_prompt(server: &Server, tokens: u64) -> String {
+    for i in 0..40 {
+        let prompt = format!("long {i}");
+        let (status, body) =
+            server.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": tokens, "temperature": 0}));
+        assert_eq!(status, 200, "{body}");
+        if body["choices"][0]["finish_reason"] == "length" {
+            return prompt;
+        }
+    }
+    panic!("no prompt keeps the tiny model going for {tokens} tokens");
+}
+
+/// A streamed completion on a raw socket, its response head read.
+fn open_stream(server: &Server, body: &Value) -> BufReader<TcpStream> {
+    let mut socket = TcpStream::connect(&server.addr).unwrap();
+    let body = body.to_string();
+    write!(
+        socket,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut reader = BufReader::new(socket);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    reader
+}
+
+/// Reads from a raw stream until `needle` has arrived.
+fn read_until(reader: &mut BufReader<TcpStream>, needle: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    seen
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn chat_and_completions_whole_and_streamed_have_openai_shapes() {
+    let server = Server::start(tiny(), &[]);
+    // Whole chat.
+    let (status, body) = server.post("/v1/chat/completions", &chat_body("Hello", 8));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert!(body["created"].as_u64().unwrap() > 1_600_000_000);
+    assert_eq!(body["model"], "tiny-llama", "the bundle's name, not the request's");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["message"]["role"], "assistant");
+    let text = choice["message"]["content"].as_str().unwrap().to_string();
+    assert!(choice["logprobs"].is_null());
+    assert!(["stop", "length"].contains(&choice["finish_reason"].as_str().unwrap()));
+    let usage = &body["usage"];
+    let prompt_tokens = usage["prompt_tokens"].as_u64().unwrap();
+    // The template "<user>Hello\n<assistant>", one token a byte, plus BOS if any.
+    assert!(prompt_tokens >= "<user>Hello\n<assistant>".len() as u64, "{usage}");
+    assert!(usage["completion_tokens"].as_u64().unwrap() <= 8);
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt_tokens + usage["completion_tokens"].as_u64().unwrap());
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
+
+    // The same streamed: role first, content deltas, an empty delta with the reason, [DONE].
+    let mut streamed = chat_body("Hello", 8);
+    streamed["stream"] = json!(true);
+    let (status, data) = server.post_stream("/chat/completions", &streamed);
+    assert_eq!(status, 200);
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["delta"], json!({}));
+    assert_eq!(last["choices"][0]["finish_reason"], choice["finish_reason"]);
+    let mut joined = String::new();
+    for c in &chunks {
+        assert!(c.get("usage").is_none(), "usage only when asked: {c}");
+        assert_eq!(c["id"], chunks[0]["id"]);
+        if let Some(t) = c["choices"][0]["delta"]["content"].as_str() {
+            joined.push_str(t);
+        }
+    }
+    assert_eq!(joined, text, "streamed text equals the whole answer");
+
+    // Completions, whole and streamed.
+    let req = json!({"prompt": "Once upon", "max_tokens": 6, "temperature": 0});
+    let (status, body) = server.post("/v1/completions", &req);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "text_completion");
+    assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
+    let text = body["choices"][0]["text"].as_str().unwrap().to_string();
+    let mut req_stream = req.clone();
+    req_stream["stream"] = json!(true);
+    req_stream["stream_options"] = json!({"include_usage": true});
+    let (status, data) = server.post_stream("/completions", &req_stream);
+    assert_eq!(status, 200);
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let usage_chunk = chunks.last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    assert_eq!(usage_chunk["usage"], body["usage"]);
+    let mut joined = String::new();
+    for c in &chunks[..chunks.len() - 1] {
+        assert_eq!(c["object"], "text_completion");
+        assert!(c["usage"].is_null() && c.get("usage").is_some(), "usage: null when asked: {c}");
+        joined.push_str(c["choices"][0]["text"].as_str().unwrap());
+    }
+    assert_eq!(joined, text);
+    assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], body["choices"][0]["finish_reason"]);
+}
+
+#[test]
+fn stop_strings_seeds_and_max_tokens() {
+    let server = Server::start(tiny(), &["--ctx-size", "64"]);
+    let complete = |extra: Value| {
+        let mut req = json!({"prompt": "abc", "max_tokens": 24, "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            req[k] = v.clone();
+        }
+        let (status, body) = server.post("/v1/completions", &req);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let prompt = long_prompt(&server, 24);
+    let full = complete(json!({"prompt": prompt}));
+    let text = full["choices"][0]["text"].as_str().unwrap().to_string();
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 6, "{text:?}");
+    let stop: String = chars[3..5].iter().collect();
+    let stopped = complete(json!({"prompt": prompt, "stop": [stop.clone(), "\u{1}never"]}));
+    assert_eq!(stopped["choices"][0]["text"].as_str().unwrap(), &text[..text.find(&stop).unwrap()]);
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    let stopped = complete(json!({"prompt": prompt, "stop": stop}));
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+
+    // Seeds: the same seed, the same sample; another seed, another.
+    let sampled =
+        |seed: u64| complete(json!({"temperature": 1.0, "seed": seed, "max_tokens": 16}))["choices"][0]["text"].clone();
+    assert_eq!(sampled(42), sampled(42));
+    assert_ne!(sampled(42), sampled(7));
+
+    // A huge max_tokens is capped by the context (64): prompt + completion fit it.
+    let capped = complete(json!({"prompt": prompt, "max_tokens": 1_000_000_000u64}));
+    let usage = &capped["usage"];
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), 64, "{usage}");
+    assert_eq!(capped["choices"][0]["finish_reason"], "length");
+}
+
+#[test]
+fn logprobs_have_openai_shapes() {
+    let server = Server::start(tiny(), &[]);
+    let mut req = chat_body("Hi", 5);
+    req["logprobs"] = json!(true);
+    req["top_logprobs"] = json!(3);
+    let (status, body) = server.post("/v1/chat/completions", &req);
+    assert_eq!(status, 200, "{body}");
+    let content = body["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!content.is_empty());
+    // The tokens' bytes make the answer (an end token is not listed).
+    let bytes: Vec<u8> =
+        content.iter().flat_map(|e| e["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8)).collect();
+    assert_eq!(String::from_utf8_lossy(&bytes), body["choices"][0]["message"]["content"].as_str().unwrap());
+    for entry in content {
+        let lp = entry["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0);
+        // Byte-level: each token is one byte.
+        assert_eq!(entry["bytes"].as_array().unwrap().len(), 1, "{entry}");
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the token is the most likely one.
+        assert_eq!(top[0]["token"], entry["token"]);
+        assert!((top[0]["logprob"].as_f64().unwrap() - lp).abs() < 1e-5);
+        assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64());
+        assert!(top[0]["bytes"].is_array());
+    }
+    // Streamed: the entries arrive with the chunks.
+    req["stream"] = json!(true);
+    let (_, data) = server.post_stream("/v1/chat/completions", &req);
+    let streamed: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(&streamed, content);
+
+    // Completions: tokens, token_logprobs, top_logprobs (dicts), text_offset.
+    let (status, body) =
+        server.post("/v1/completions", &json!({"prompt": "abcd", "max_tokens": 4, "temperature": 0, "logprobs": 2}));
+    assert_eq!(status, 200, "{body}");
+    let lp = &body["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert!(!tokens.is_empty());
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), tokens.len());
+    let offsets: Vec<u64> = lp["text_offset"].as_array().unwrap().iter().map(|o| o.as_u64().unwrap()).collect();
+    assert_eq!(offsets[0], 4, "offsets start after the prompt, as OpenAI's");
+    let top = lp["top_logprobs"].as_array().unwrap();
+    assert!(top.iter().all(|t| t.as_object().unwrap().len() <= 2 && !t.as_object().unwrap().is_empty()));
+    let generated = body["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    let ended = body["choices"][0]["finish_reason"] == "stop";
+    assert_eq!(tokens.len(), generated - usize::from(ended), "one entry per token but the end token");
+}
+
+#[test]
+fn bad_requests_get_the_right_status_and_envelope_and_the_server_keeps_serving() {
+    let server = Server::start(tiny(), &["--ctx-size", "64", "--max-body-size", "4096"]);
+    let good = || {
+        let (status, body) = server.post("/v1/chat/completions", &chat_body("ok", 2));
+        assert_eq!(status, 200, "the server still serves: {body}");
+    };
+    let post_text = |path: &str, body: &str| {
+        let (status, _, text) = server.post_raw(path, body, &[]);
+        (status, serde_json::from_str::<Value>(&text).unwrap_or_else(|_| panic!("not JSON: {text}")))
+    };
+    // Bad JSON.
+    let (status, body) = post_text("/v1/chat/completions", "{\"messages\": [");
+    assert_error(status, &body, 400, "invalid_request_error");
+    good();
+    // A wrong type names the field.
+    let mut req = chat_body("x", 2);
+    req["temperature"] = json!("hot");
+    let (status, body) = server.post("/v1/chat/completions", &req);
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "temperature");
+    let (status, body) = server.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": 7}]}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "messages[0].content");
+    good();
+    // Unknown and unsupported fields, n = 2, other content parts, roles.
+    for (field, value) in [
+        ("frobnicate", json!(1)),
+        ("response_format", json!({"type": "json_object"})),
+        ("tools", json!([])),
+        ("logit_bias", json!({"1": 2})),
+        ("n", json!(2)),
+    ] {
+        let mut req = chat_body("x", 2);
+        req[field] = value;
+        let (status, body) = server.post("/v1/chat/completions", &req);
+        let error = assert_error(status, &body, 400, "invalid_request_error");
+        assert_eq!(error["param"], field, "{body}");
+        assert!(error["message"].as_str().unwrap().contains(field), "{body}");
+    }
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+    );
+    let error = assert_error(status, &body, 400, "invalid_request_error");
+    assert!(error["message"].as_str().unwrap().contains("image_url"), "{body}");
+    let (status, body) = server.post("/v1/chat/completions", &json!({"messages": [{"role": "tool", "content": "x"}]}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "messages[0].role");
+    // Parts of type text are the message.
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "developer", "content": "be brief"},
+                             {"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 2}),
+    );
+    assert_eq!(status, 200, "{body}");
+    good();
+    // Ranges, with the runtime's wording.
+    let mut req = chat_body("x", 2);
+    req["top_p"] = json!(1.5);
+    let (status, body) = server.post("/v1/chat/completions", &req);
+    let error = assert_error(status, &body, 400, "invalid_request_error");
+    assert_eq!(error["param"], "top_p");
+    assert!(error["message"].as_str().unwrap().contains("must be in (0, 1]"), "{body}");
+    let mut req = chat_body("x", 2);
+    req["max_tokens"] = json!(-5);
+    let (status, body) = server.post("/v1/chat/completions", &req);
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "max_tokens");
+    let (status, body) = server.post("/v1/completions", &json!({"prompt": "x", "logprobs": 9, "max_tokens": 1}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "logprobs");
+    let (status, body) = server.post("/v1/completions", &json!({"prompt": "x", "suffix": "y"}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "suffix");
+    good();
+    // A prompt longer than the context (64).
+    let (status, body) = server.post("/v1/completions", &json!({"prompt": "y".repeat(100), "max_tokens": 1}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["code"], "context_length_exceeded");
+    good();
+    // A body over the limit (4096 bytes): 413 in the envelope.
+    let big = chat_body(&"z".repeat(10_000), 1).to_string();
+    let (status, body) = post_text("/v1/chat/completions", &big);
+    assert_error(status, &body, 413, "invalid_request_error");
+    good();
+    // Unknown routes: 404 in the envelope.
+    let (status, text) = server.get("/v2/nothing");
+    assert_error(status, &serde_json::from_str(&text).unwrap(), 404, "not_found_error");
+    // /metrics is off without --metrics: 501, as llama-server.
+    let (status, text) = server.get("/metrics");
+    assert_error(status, &serde_json::from_str(&text).unwrap(), 501, "not_supported_error");
+    good();
+}
+
+#[test]
+fn api_keys_guard_every_route_but_health() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("keys");
+    std::fs::write(&key_file, "# keys\nfile-key\n\n").unwrap();
+    let server =
+        Server::start(tiny(), &["--api-key", "secret-1", "--api-key-file", key_file.to_str().unwrap(), "--metrics"]);
+    let body = chat_body("hi", 2).to_string();
+    for headers in [vec![], vec![("authorization", "Bearer wrong")], vec![("x-api-key", "secret-")]] {
+        let (status, _, text) = server.post_raw("/v1/chat/completions", &body, &headers);
+        assert_error(status, &serde_json::from_str(&text).unwrap(), 401, "authentication_error");
+    }
+    for path in ["/v1/models", "/metrics"] {
+        let (status, text) = server.get(path);
+        assert_error(status, &serde_json::from_str(&text).unwrap(), 401, "authentication_error");
+    }
+    let (status, _, text) = server.post_raw("/tokenize", r#"{"content": "a"}"#, &[]);
+    assert_eq!(status, 401, "{text}");
+    assert_eq!(server.get("/health").0, 200);
+    let (status, _, text) = server.post_raw("/v1/chat/completions", &body, &[("authorization", "Bearer secret-1")]);
+    assert_eq!(status, 200, "{text}");
+    let (status, _, text) = server.post_raw("/v1/chat/completions", &body, &[("x-api-key", "file-key")]);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(server.get_with("/metrics", &[("authorization", "Bearer file-key")]).0, 200);
+}
+
+#[test]
+fn tokenize_detokenize_apply_template_and_models() {
+    let server = Server::start(tiny(), &[]);
+    let (status, body) = server.post("/tokenize", &json!({"content": "hi!"}));
+    assert_eq!(status, 200, "{body}");
+    let tokens: Vec<u64> = body["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+    assert_eq!(tokens.len(), 3, "byte-level: a token a byte: {body}");
+    let (_, with_special) = server.post("/tokenize", &json!({"content": "hi!", "add_special": true}));
+    assert!(with_special["tokens"].as_array().unwrap().len() >= 3);
+    let (_, pieces) = server.post("/tokenize", &json!({"content": "hi!", "with_pieces": true}));
+    assert_eq!(pieces["tokens"][0]["piece"], "h", "{pieces}");
+    assert_eq!(pieces["tokens"][0]["id"], tokens[0]);
+    let (status, body) = server.post("/detokenize", &json!({"tokens": tokens}));
+    assert_eq!(status, 200);
+    assert_eq!(body["content"], "hi!");
+    let (status, body) = server.post("/detokenize", &json!({"tokens": "hi"}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "tokens");
+    let (status, body) = server.post(
+        "/apply-template",
+        &json!({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["prompt"], "<system>s\n<user>u\n<assistant>");
+    let (status, text) = server.get("/v1/models");
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "tiny-llama");
+    assert_eq!(models["data"][0]["object"], "model");
+    assert_eq!(server.get("/models").0, 200);
+}
+
+#[test]
+fn a_full_queue_is_429_with_retry_after_and_a_disconnect_frees_the_slot() {
+    let server = Server::start(tiny(), &["--parallel", "1", "--max-queue", "1", "--metrics"]);
+    let prompt = long_prompt(&server, 400);
+    let long = json!({"prompt": prompt, "max_tokens": 400, "temperature": 0, "stream": true});
+    // One request runs (streamed, read slowly)...
+    let mut running = open_stream(&server, &long);
+    read_until(&mut running, "data: ");
+    assert_eq!(server.metric("mlxcel_requests_running"), 1.0);
+    // ...one waits...
+    let waiting = {
+        let (addr, long) = (server.addr.clone(), long.clone());
+        std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+            let mut r = agent.post(&format!("http://{addr}/v1/completions")).send(long.to_string()).unwrap();
+            (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+        })
+    };
+    wait_for("a waiting request", Duration::from_secs(10), || server.metric("mlxcel_requests_waiting") == 1.0);
+    // ...and the next is refused.
+    let (status, retry, text) =
+        server.post_raw("/v1/completions", &json!({"prompt": "q", "max_tokens": 1}).to_string(), &[]);
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(assert_error(status, &body, 429, "rate_limit_error")["code"], "queue_full");
+    assert_eq!(retry.as_deref(), Some("1"));
+    // The client of the running request hangs up: its slot frees within a second.
+    let hung_up = Instant::now();
+    drop(running);
+    wait_for("the slot to free", Duration::from_secs(1), || {
+        server.metric("mlxcel_requests_running") == 0.0 || server.metric("mlxcel_requests_waiting") == 0.0
+    });
+    assert!(hung_up.elapsed() < Duration::from_secs(1));
+    // The waiting one then runs to its end.
+    let (status, text) = waiting.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    wait_for("nothing running", Duration::from_secs(5), || server.metric("mlxcel_requests_running") == 0.0);
+    // The metrics counted the finished generations.
+    let (_, metrics) = server.get("/metrics");
+    for name in [
+        "mlxcel_prompt_tokens_total",
+        "mlxcel_generation_tokens_total",
+        "mlxcel_time_to_first_token_seconds_count",
+        "mlxcel_inter_token_latency_seconds_count",
+        "mlxcel_kv_cache_bytes",
+        "mlxcel_prefix_cache_hits_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    assert!(server.metric("mlxcel_generation_tokens_total") >= 400.0);
+    let (status, body) = server.post("/v1/completions", &json!({"prompt": "q", "max_tokens": 1}));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn sigterm_during_a_stream_ends_it_cleanly_and_exits_0() {
+    let mut server = Server::start(tiny(), &["--shutdown-grace", "0"]);
+    let prompt = long_prompt(&server, 400);
+    let mut stream =
+        open_stream(&server, &json!({"prompt": prompt, "max_tokens": 400, "temperature": 0, "stream": true}));
+    read_until(&mut stream, "data: ");
+    let status = Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().unwrap();
+    assert!(status.success());
+    // The stream ends: an error event (cancelled at the end of the grace) or the finish, then [DONE].
+    let mut rest = String::new();
+    let _ = stream.read_to_string(&mut rest);
+    let data = sse_data(&rest);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{rest}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not exit:\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}\n{}", server.log());
+}
+
+#[test]
+fn health_is_503_while_the_bundle_loads() {
+    // A FIFO as the bundle: opening it blocks until a writer comes, so the
+    // server is reliably still loading.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("slow.mlxb");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut server = Server::spawn(&fifo, &[]);
+    let (status, text) = server.get("/health");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(assert_error(status, &body, 503, "unavailable_error")["code"], "loading");
+    let (status, _, _) = server.post_raw("/v1/chat/completions", &chat_body("x", 1).to_string(), &[]);
+    assert_eq!(status, 503);
+    // Feed it something that is not a bundle: the load fails and the server exits 1.
+    // (The server may close its end first: a failed write is fine.)
+    let _ = std::fs::write(&fifo, b"not a bundle");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not exit:\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exit.code(), Some(1), "{}", server.log());
+    // A loaded bundle: 200.
+    let server = Server::start(tiny(), &[]);
+    assert_eq!(server.get("/health"), (200, r#"{"status":"ok"}"#.to_string()));
+}
+
+/// 16 concurrent greedy requests with different prompts answer exactly as
+/// the same requests one at a time (batch invariance through the server).
+#[test]
+fn concurrent_greedy_requests_equal_serial_ones_on_smollm2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("smollm2.mlxb");
+    let out = Command::new(mlxcel_compile_bin())
+        .args([
+            real_model("SmolLM2-135M-Instruct.Q4_1.gguf").to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "compile failed: {}", String::from_utf8_lossy(&out.stderr));
+    let server = Server::start(&bundle, &["--parallel", "16", "--threads", "2"]);
+    let prompts: Vec<String> =
+        (0..16).map(|i| format!("Name a fruit that starts with the letter {}.", (b'a' + i) as char)).collect();
+    let ask = |addr: &str, prompt: &str| -> Value {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let body = json!({"messages": [{"role": "user", "content": prompt}], "max_tokens": 12, "temperature": 0});
+        let mut r = agent.post(&format!("http://{addr}/v1/chat/completions")).send(body.to_string()).unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        v["choices"][0]["message"]["content"].clone()
+    };
+    let serial: Vec<Value> = prompts.iter().map(|p| ask(&server.addr, p)).collect();
+    let concurrent: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts.iter().map(|p| s.spawn(|| ask(&server.addr, p))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(concurrent, serial);
+    assert!(serial.iter().any(|t| t.as_str().is_some_and(|t| !t.is_empty())));
+    drop(server);
+
+    // --timeout: a request running longer is cancelled: 503 "timeout"
+    // whole, an error event then [DONE] streamed. Counting goes on for
+    // longer than a second.
+    let server = Server::start(&bundle, &["--timeout", "1", "--threads", "2", "--metrics"]);
+    let counting = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 4000, "temperature": 0});
+    let started = Instant::now();
+    let (status, body) = server.post("/v1/completions", &counting);
+    assert_eq!(assert_error(status, &body, 503, "unavailable_error")["code"], "timeout");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let mut streamed = counting.clone();
+    streamed["stream"] = json!(true);
+    let (status, data) = server.post_stream("/v1/completions", &streamed);
+    assert_eq!(status, 200);
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "timeout", "{error}");
+    wait_for("the timed-out requests to end", Duration::from_secs(2), || {
+        server.metric("mlxcel_requests_running") == 0.0
+    });
+}
+
+/// llama-server's variables configure the server; `MLXCEL_*` ones and flags win.
+#[test]
+fn llama_server_variables_are_fallbacks_and_cors_is_opt_in() {
+    let n_ctx = |server: &Server, key: &str| -> Value {
+        let (status, text) = server.get_with("/v1/models", &[("authorization", &format!("Bearer {key}"))]);
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str::<Value>(&text).unwrap()["data"][0]["meta"]["n_ctx"].clone()
+    };
+    let llama = [("LLAMA_ARG_CTX_SIZE", "64"), ("LLAMA_API_KEY", "k1,k2"), ("LLAMA_ARG_ENDPOINT_METRICS", "1")];
+    let server = Server::start_env(tiny(), &["-np", "2"], &llama);
+    assert_eq!(n_ctx(&server, "k2"), 64);
+    assert_eq!(server.get("/v1/models").0, 401, "LLAMA_API_KEY set keys");
+    assert_eq!(server.get_with("/metrics", &[("x-api-key", "k1")]).0, 200, "LLAMA_ARG_ENDPOINT_METRICS=1");
+    // No CORS headers unless asked.
+    let r = Server::agent().get(&server.url("/health")).header("origin", "http://a.example").call().unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    drop(server);
+
+    let mut env = llama.to_vec();
+    env.push(("MLXCEL_CTX_SIZE", "32"));
+    let server = Server::start_env(tiny(), &["--cors-origin", "http://a.example"], &env);
+    assert_eq!(n_ctx(&server, "k1"), 32, "MLXCEL_CTX_SIZE wins over LLAMA_ARG_CTX_SIZE");
+    let r = Server::agent().get(&server.url("/health")).header("origin", "http://a.example").call().unwrap();
+    assert_eq!(r.headers().get("access-control-allow-origin").unwrap(), "http://a.example");
+    drop(server);
+    let server = Server::start_env(tiny(), &["--ctx-size", "48"], &env);
+    assert_eq!(n_ctx(&server, "k1"), 48, "the flag wins over both");
+}
