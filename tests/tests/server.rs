@@ -310,7 +310,12 @@ fn chat_and_completions_whole_and_streamed_have_openai_shapes() {
     let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
     let usage_chunk = chunks.last().unwrap();
     assert_eq!(usage_chunk["choices"], json!([]));
-    assert_eq!(usage_chunk["usage"], body["usage"]);
+    // The same prompt again: all of it but its last token (which the decode
+    // step feeds) comes from the prefix cache.
+    let mut expected_usage = body["usage"].clone();
+    expected_usage["prompt_tokens_details"]["cached_tokens"] =
+        json!(body["usage"]["prompt_tokens"].as_u64().unwrap() - 1);
+    assert_eq!(usage_chunk["usage"], expected_usage);
     let mut joined = String::new();
     for c in &chunks[..chunks.len() - 1] {
         assert_eq!(c["object"], "text_completion");
@@ -702,6 +707,36 @@ fn concurrent_greedy_requests_equal_serial_ones_on_smollm2() {
     });
     assert_eq!(concurrent, serial);
     assert!(serial.iter().any(|t| t.as_str().is_some_and(|t| !t.is_empty())));
+
+    // A conversation's second turn reuses the first's KV state: at least
+    // the first turn's whole prompt is cached, and only the rest is
+    // prefilled (llama-server's `timings.prompt_n`).
+    let mut messages = vec![json!({"role": "user", "content": "What is the capital of France? Answer in one word."})];
+    let (status, one) =
+        server.post("/v1/chat/completions", &json!({"messages": messages, "max_tokens": 16, "temperature": 0}));
+    assert_eq!(status, 200, "{one}");
+    messages.push(one["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": "And of Italy?"}));
+    let (status, two) =
+        server.post("/v1/chat/completions", &json!({"messages": messages, "max_tokens": 16, "temperature": 0}));
+    assert_eq!(status, 200, "{two}");
+    let first_prompt = one["usage"]["prompt_tokens"].as_u64().unwrap();
+    let (prompt, cached) = (
+        two["usage"]["prompt_tokens"].as_u64().unwrap(),
+        two["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(),
+    );
+    assert!(
+        cached >= first_prompt && cached < prompt,
+        "turn one: {first_prompt} prompt tokens; turn two: {}",
+        two["usage"]
+    );
+    assert_eq!(two["timings"]["prompt_n"].as_u64(), Some(prompt - cached), "{}", two["timings"]);
+    eprintln!(
+        "second turn: {prompt} prompt tokens, {cached} cached, {} prefilled in {:.1} ms (first turn: {first_prompt} in {:.1} ms)",
+        prompt - cached,
+        two["timings"]["prompt_ms"].as_f64().unwrap(),
+        one["timings"]["prompt_ms"].as_f64().unwrap(),
+    );
     drop(server);
 
     // --timeout: a request running longer is cancelled: 503 "timeout"

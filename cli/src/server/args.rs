@@ -12,6 +12,7 @@ use mlxcel_cli::flags;
 use mlxcel_cli::process::parse_device;
 use mlxcel_mlx::device::DeviceRequest;
 use mlxcel_mlx::fast::Isa;
+use mlxcel_runtime::engine::PrefixReuse;
 
 /// Serves a compiled `.mlxb` bundle over HTTP with OpenAI's API
 /// (/v1/chat/completions, /v1/completions, /v1/models) and llama-server's
@@ -109,6 +110,18 @@ pub struct ServerArgs {
           allow_negative_numbers = true, value_parser = mib_or_unlimited)]
     pub cache_ram: u64,
 
+    /// What a request may reuse from the prompt cache: `longest`, the
+    /// whole prefix it shares with an earlier request, that request's
+    /// answer included (a conversation's next turn skips its history; the
+    /// continuation may differ from a cold prefill in the last bits of its
+    /// logits, as with llama-server's prompt cache), or `exact`, only whole
+    /// --prefill-chunk pieces of earlier prompts (output has exactly the
+    /// bits it has without the cache, but prompts shorter than a chunk
+    /// reuse nothing).
+    #[arg(long, value_name = "POLICY", env = "MLXCEL_PREFIX_REUSE", default_value = "longest",
+          value_parser = parse_prefix_reuse)]
+    pub prefix_reuse: PrefixReuse,
+
     /// MiB of KV cache the running sequences may hold together; a request
     /// waits until its KV fits, and one that never could is refused (400
     /// "kv_budget_exceeded") [default: no limit].
@@ -147,6 +160,15 @@ pub const LLAMA_ENV: &[(&str, &str)] = &[
     ("timeout", "LLAMA_ARG_TIMEOUT"),
     ("cache_ram", "LLAMA_ARG_CACHE_RAM"),
 ];
+
+/// Parses `--prefix-reuse`.
+fn parse_prefix_reuse(text: &str) -> Result<PrefixReuse, String> {
+    match text.trim() {
+        "longest" => Ok(PrefixReuse::Longest),
+        "exact" => Ok(PrefixReuse::Exact),
+        _ => Err("must be `longest` or `exact`".into()),
+    }
+}
 
 /// Parses `--cache-ram`: MiB, or -1 for no limit.
 fn mib_or_unlimited(text: &str) -> Result<u64, String> {

@@ -81,6 +81,7 @@
 //! `MLXCEL_ISA`, as `mlxcel`), `--timeout` (600 s; `LLAMA_ARG_TIMEOUT`),
 //! `--cors-origin` (repeatable; no CORS without it), `--shutdown-grace`
 //! (30 s), `--cache-ram` (1024 MiB prefix cache; `LLAMA_ARG_CACHE_RAM`),
+//! `--prefix-reuse` (`longest` or `exact`: what a hit may reuse),
 //! `--kv-budget` (MiB, no limit), `--max-body-size` (10 MiB),
 //! `--prefill-chunk` (512), `--version`. `RUST_LOG` filters the log
 //! (default `info`).
@@ -161,6 +162,7 @@ fn engine_options(args: &ServerArgs) -> EngineOptions {
         context: (args.ctx_size > 0).then_some(args.ctx_size),
         kv_budget: args.kv_budget.map(|m| m as u64 * MIB),
         prefix_cache: args.cache_ram.saturating_mul(MIB),
+        prefix_reuse: args.prefix_reuse,
     }
 }
 

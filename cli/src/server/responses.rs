@@ -36,6 +36,23 @@ pub fn usage(stats: &GenerationStats) -> Value {
     })
 }
 
+/// llama-server's `timings` object (an extension OpenAI clients ignore):
+/// prompt tokens prefilled (`prompt_n`: the cached ones were not) and
+/// their time, tokens generated and theirs, and the cached prompt tokens.
+pub fn timings(stats: &GenerationStats) -> Value {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let prefilled = stats.prompt_tokens - stats.cached_tokens.min(stats.prompt_tokens);
+    json!({
+        "cache_n": stats.cached_tokens,
+        "prompt_n": prefilled,
+        "prompt_ms": ms(stats.prefill_time),
+        "prompt_per_second": prefilled as f64 / stats.prefill_time.as_secs_f64().max(1e-9),
+        "predicted_n": stats.generated_tokens,
+        "predicted_ms": ms(stats.decode_time),
+        "predicted_per_second": stats.decode_tokens_per_second(),
+    })
+}
+
 /// A token's text (what it decodes to alone) and bytes.
 fn text_and_bytes(tokenizer: &Tokenizer, token: u32) -> (String, Vec<u8>) {
     let text = tokenizer.decode(&[token], false).unwrap_or_default();
@@ -141,6 +158,7 @@ impl Envelope {
             "model": self.model,
             "choices": [choice],
             "usage": usage(stats),
+            "timings": timings(stats),
         })
     }
 
