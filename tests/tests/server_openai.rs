@@ -9,8 +9,9 @@
 //!
 //! The check script runs against llama.cpp's llama-server too (bench/server.sh
 //! builds it); mlxcel-server is held to the stricter flags, which llama-server
-//! fails: an unknown field is a 400 naming it, and completions logprobs carry
-//! `text_offset`.
+//! fails (`--strict`): an unknown field is a 400 naming it, and /v1/completions
+//! has OpenAI's legacy logprobs shape (with `text_offset`) and a usage chunk
+//! with empty choices.
 
 use std::process::Command;
 
@@ -47,7 +48,7 @@ fn openai_client_against_mlxcel_server() {
     let base_url = format!("{}/v1", server.base_url());
     let out = Command::new(reference_python())
         .arg(&script)
-        .args([base_url.as_str(), "--api-key", API_KEY, "--strict-unknown-fields", "--require-text-offset"])
+        .args([base_url.as_str(), "--api-key", API_KEY, "--strict"])
         .env("PYTHONUNBUFFERED", "1")
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
