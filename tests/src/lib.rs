@@ -1,7 +1,6 @@
 //! Shared helpers of the workspace's end-to-end tests (in `tests/tests/`).
 
 pub mod isa;
-pub mod server;
 pub mod steps;
 pub mod tiny;
 
