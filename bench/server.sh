@@ -295,6 +295,6 @@ for q in quants:
         (f"TTFT p50 at {lo} <= llama-server's", bool(l1) and m1["ttft_p50"] <= l1["ttft_p50"], ratio(m1["ttft_p50"], l1 and l1["ttft_p50"])),
         (f"ITL p99 at {hi} <= 3x at {lo}", m16["itl_p99"] <= 3 * m1["itl_p99"], f"{m16['itl_p99'] / m1['itl_p99']:.2f}x"),
     ]
-    print(f"Targets ({q}): " + "; ".join(f"{name}: {val} {'met' if ok else 'NOT met'}" for name, ok, val in checks) + ".")
+    print(f"Targets ({q}): " + "; ".join(f"{name}: {val} {'met' if ok else ('not measured' if val == '–' else 'NOT met')}" for name, ok, val in checks) + ".")
 EOF
 } | tee "$work/table.md"
