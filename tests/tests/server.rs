@@ -392,6 +392,10 @@ fn stop_strings_seeds_and_max_tokens() {
     let usage = &capped["usage"];
     assert_eq!(usage["total_tokens"].as_u64().unwrap(), 64, "{usage}");
     assert_eq!(capped["choices"][0]["finish_reason"], "length");
+
+    // llama-server's ignore_eos (benchmarks with fixed output lengths) is accepted.
+    let fixed = complete(json!({"prompt": prompt, "max_tokens": 20, "ignore_eos": true}));
+    assert_eq!(fixed["usage"]["completion_tokens"], 20, "{fixed}");
 }
 
 #[test]

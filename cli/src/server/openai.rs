@@ -49,6 +49,7 @@ pub const CHAT_FIELDS: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
+    "ignore_eos",
     "logprobs",
     "top_logprobs",
     "stream",
@@ -71,6 +72,7 @@ pub const COMPLETION_FIELDS: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
+    "ignore_eos",
     "logprobs",
     "echo",
     "stream",
@@ -144,6 +146,9 @@ struct Common {
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
     repetition_penalty: Option<f32>,
+    /// llama-server's extension: generate past end tokens (benchmarks with
+    /// fixed output lengths).
+    ignore_eos: Option<bool>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     n: Option<i64>,
@@ -320,6 +325,7 @@ fn finish(
         sampling: sampling(&c, model)?,
         stop_strings: stop_strings(c.stop)?,
         top_logprobs: logprobs.unwrap_or(0),
+        ignore_eos: c.ignore_eos.unwrap_or(false),
         ..GenerationOptions::default()
     };
     Ok(Prepared { prompt, prompt_chars, options, stream, include_usage, logprobs })
