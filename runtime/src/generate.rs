@@ -108,13 +108,14 @@ pub struct TokenStep {
 }
 
 /// The `k` most likely tokens of `logits` with their log-probabilities,
-/// most likely first (ties: lower id first). NaN logits count as impossible.
-pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let max = logits.iter().copied().filter(|l| !l.is_nan()).fold(f32::NEG_INFINITY, f32::max);
-    if k == 0 || !max.is_finite() {
+/// most likely first (ties: lower id first), given the logits'
+/// log-normaliser `log_z` (the sampler's, [`Sampled::log_z`], so the
+/// alternatives and the chosen token's logprob come from one normalisation).
+/// NaN logits count as impossible.
+pub fn top_logprobs(logits: &[f32], k: usize, log_z: f32) -> Vec<(u32, f32)> {
+    if k == 0 || !log_z.is_finite() {
         return Vec::new();
     }
-    let log_z = max + logits.iter().filter(|l| !l.is_nan()).map(|&l| (l - max).exp()).sum::<f32>().ln();
     let mut cands: Vec<(u32, f32)> =
         logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l - log_z)).collect();
     let by_prob_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -219,9 +220,10 @@ impl SequenceState {
     /// Samples the next token from `logits` (which sampling may modify).
     pub fn accept(&mut self, logits: &mut [f32]) -> Result<TokenStep> {
         let sampled = self.sampler.sample(logits, &self.history)?;
-        // The sampler left the penalised logits in place: the alternatives
-        // come from the same distribution as `sampled.logprob`.
-        let top_logprobs = if self.top_logprobs > 0 { top_logprobs(logits, self.top_logprobs) } else { Vec::new() };
+        // The sampler left the penalised logits in place and returns their
+        // normaliser: the alternatives come from the same distribution as
+        // `sampled.logprob`, normalised once.
+        let top_logprobs = top_logprobs(logits, self.top_logprobs, sampled.log_z);
         self.prefill_finished();
         self.first_token.get_or_insert_with(Instant::now);
         self.generated += 1;
@@ -528,12 +530,22 @@ mod tests {
 
     #[test]
     fn top_logprobs_are_the_most_likely_tokens_normalised() {
-        let logits = [0.0f32, 2.0, f32::NAN, 1.0, 2.0];
-        let top = top_logprobs(&logits, 3);
+        // Through the sampler, as `SequenceState::accept` does: it makes the
+        // NaN impossible and returns the normaliser.
+        let mut logits = [0.0f32, 2.0, f32::NAN, 1.0, 2.0];
+        let mut sampler = Sampler::new(SamplingParams { temperature: 0.0, ..SamplingParams::default() }).unwrap();
+        let sampled = sampler.sample(&mut logits, &[]).unwrap();
+        let top = top_logprobs(&logits, 3, sampled.log_z);
         assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 4, 3]);
+        assert_eq!((sampled.token, sampled.logprob), top[0]);
         let z: f32 = [0.0f32, 2.0, 1.0, 2.0].iter().map(|l| l.exp()).sum::<f32>().ln();
         assert!((top[0].1 - (2.0 - z)).abs() < 1e-6 && (top[2].1 - (1.0 - z)).abs() < 1e-6);
-        assert_eq!(top_logprobs(&logits, 10).len(), 4);
-        assert!(top_logprobs(&logits, 0).is_empty());
+        // The sampler made the NaN -inf: impossible, listed last.
+        let all = top_logprobs(&logits, 10, sampled.log_z);
+        assert_eq!(all.len(), 5);
+        assert_eq!(all[4], (2, f32::NEG_INFINITY));
+        assert!(top_logprobs(&logits, 0, sampled.log_z).is_empty());
+        // NaN logits are impossible, not poison.
+        assert_eq!(top_logprobs(&[f32::NAN, 1.0], 5, 1.0), vec![(1, 0.0)]);
     }
 }

@@ -138,6 +138,10 @@ pub struct Sampled {
     pub token: u32,
     /// `log p(token)` before temperature and filtering.
     pub logprob: f32,
+    /// The log-normaliser of that distribution (the log-sum-exp of the
+    /// penalised logits `sample` left in place): `logit - log_z` is any
+    /// token's log-probability ([`crate::generate::top_logprobs`]).
+    pub log_z: f32,
 }
 
 /// A sampler: parameters plus its random generator.
@@ -172,7 +176,7 @@ impl Sampler {
         let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
         if self.params.temperature == 0.0 {
             let token = argmax(logits);
-            return Ok(Sampled { token, logprob: logits[token as usize] - log_z });
+            return Ok(Sampled { token, logprob: logits[token as usize] - log_z, log_z });
         }
         // Candidates as (logprob, token); filters narrow them down.
         let mut cands: Vec<(f32, u32)> = Vec::new();
@@ -215,13 +219,13 @@ impl Sampler {
         let mut u = self.rng.random::<f64>() * total;
         for (w, c) in weights.iter().zip(&cands) {
             if u < *w {
-                return Ok(Sampled { token: c.1, logprob: c.0 });
+                return Ok(Sampled { token: c.1, logprob: c.0, log_z });
             }
             u -= w;
         }
         // Rounding left `u` at the very end: take the last candidate.
         let last = cands.last().copied().unwrap_or((logits[0] - log_z, 0));
-        Ok(Sampled { token: last.1, logprob: last.0 })
+        Ok(Sampled { token: last.1, logprob: last.0, log_z })
     }
 }
 
