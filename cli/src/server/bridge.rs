@@ -43,8 +43,9 @@ pub struct Events {
 }
 
 impl Events {
-    /// Submits `request`; refused at once when the queue is full (429).
-    pub fn submit(engine: &Engine, state: Arc<AppState>, request: Request) -> Result<Events, ApiError> {
+    /// Submits `request`; the engine's refusals at submission (the queue is
+    /// full, the KV budget, a token outside the vocabulary) come back at once.
+    pub fn submit(engine: &Engine, state: Arc<AppState>, request: Request) -> Result<Events, Error> {
         let generating = engine.submit(request)?;
         let cancel = CancelOnDrop(generating.canceller());
         let (tx, rx) = mpsc::unbounded_channel();

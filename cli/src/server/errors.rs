@@ -107,14 +107,33 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A runtime error of a generation request whose prompt came in the
+    /// field `prompt_field` (chat's `messages`, completions' `prompt`): the
+    /// errors about the prompt (a context overflow, a token outside the
+    /// vocabulary) name that field; the rest as [`From<Error>`].
+    pub fn for_prompt(e: Error, prompt_field: &'static str) -> ApiError {
+        match e {
+            Error::ContextOverflow { .. } => ApiError {
+                code: Some("context_length_exceeded"),
+                ..ApiError::invalid_param(prompt_field, e.to_string())
+            },
+            Error::InvalidParameter { name: "prompt", .. } => ApiError::invalid_param(prompt_field, e.to_string()),
+            e => e.into(),
+        }
+    }
+}
+
 impl From<Error> for ApiError {
-    /// The runtime's errors: the client's (400, 429) apart from the server's (500, 503).
+    /// The runtime's errors: the client's (400, 429) apart from the server's
+    /// (500, 503). A generation request's go through [`ApiError::for_prompt`],
+    /// which knows the field its prompt came in.
     fn from(e: Error) -> ApiError {
         let message = e.to_string();
         match e {
             Error::InvalidParameter { name, .. } => ApiError::invalid_param(name, message),
             Error::ContextOverflow { .. } => {
-                ApiError { code: Some("context_length_exceeded"), ..ApiError::invalid_param("messages", message) }
+                ApiError { code: Some("context_length_exceeded"), ..ApiError::invalid(message) }
             }
             Error::KvBudget { .. } => ApiError { code: Some("kv_budget_exceeded"), ..ApiError::invalid(message) },
             // A template's own `raise_exception` refuses the conversation
@@ -213,5 +232,25 @@ mod tests {
         let e: ApiError = Error::Step("boom".into()).into();
         assert_eq!((e.status, e.kind), (StatusCode::INTERNAL_SERVER_ERROR, "server_error"));
         assert_eq!(e.body()["error"]["message"], "the decode step failed: boom");
+    }
+
+    #[test]
+    fn prompt_errors_name_the_field_of_their_endpoint() {
+        let overflow = || Error::ContextOverflow { prompt: 10, requested: 0, context: 8 };
+        let bad_token = || Error::InvalidParameter { name: "prompt", message: "token 9 at position 1 ...".into() };
+        for field in ["messages", "prompt"] {
+            let e = ApiError::for_prompt(overflow(), field);
+            assert_eq!(
+                (e.status, e.param.as_deref(), e.code),
+                (StatusCode::BAD_REQUEST, Some(field), Some("context_length_exceeded"))
+            );
+            let e = ApiError::for_prompt(bad_token(), field);
+            assert_eq!((e.status, e.param.as_deref(), e.code), (StatusCode::BAD_REQUEST, Some(field), None));
+        }
+        // Other errors map as without an endpoint.
+        let e = ApiError::for_prompt(Error::InvalidParameter { name: "top_p", message: "x".into() }, "messages");
+        assert_eq!(e.param.as_deref(), Some("top_p"));
+        let e = ApiError::for_prompt(Error::KvBudget { tokens: 1, needed: 2, budget: 1 }, "prompt");
+        assert_eq!((e.param, e.code), (None, Some("kv_budget_exceeded")));
     }
 }

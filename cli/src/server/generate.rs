@@ -3,8 +3,10 @@
 //!
 //! A request is checked and tokenized on a blocking task (templates and
 //! tokenizers are CPU work), submitted, and its first event awaited before
-//! the status is chosen: an error the engine finds at admission (the KV
-//! budget, a bad token id) is still an HTTP error, not a stream that fails.
+//! the status is chosen: an error the engine finds at submission (the KV
+//! budget, a token id outside the vocabulary) or at admission is still an
+//! HTTP error, not a stream that fails; errors about the prompt name the
+//! route's prompt field ([`ApiError::for_prompt`]).
 //! After that a stream reports errors in-band: `data: {"error": {...}}`
 //! then `data: [DONE]`. One log line per request ends it.
 
@@ -87,10 +89,11 @@ async fn start(state: Shared, kind: Kind, body: Bytes) -> Result<Response, ApiEr
         .map_err(|e| ApiError::internal(format!("request task failed: {e}")))??
     };
     let request = Request { prompt: prepared.prompt.clone(), options: prepared.options.clone() };
-    let mut events = Events::submit(&engine, state.clone(), request)?;
+    let field = kind.prompt_field();
+    let mut events = Events::submit(&engine, state.clone(), request).map_err(|e| ApiError::for_prompt(e, field))?;
     // The first event decides the status.
     let first = match events.next().await {
-        Some(Ok(Event::Failed(e))) => return Err(e.into()),
+        Some(Ok(Event::Failed(e))) => return Err(ApiError::for_prompt(e, field)),
         Some(Ok(Event::Done { finish_reason: FinishReason::Cancelled, .. })) => {
             return Err(mlxcel_runtime::Error::EngineStopped.into());
         }
@@ -171,7 +174,7 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
                 return Ok(axum::Json(body).into_response());
             }
             Ok(Event::Failed(e)) => {
-                let e: ApiError = e.into();
+                let e = ApiError::for_prompt(e, job.envelope.kind.prompt_field());
                 log_line(&mut job, e.status.as_u16(), "failed", None);
                 return Err(e);
             }
@@ -255,7 +258,7 @@ impl Streaming {
                 (out, true)
             }
             Ok(Event::Failed(e)) => {
-                self.error(e.into(), &mut out);
+                self.error(ApiError::for_prompt(e, self.job.envelope.kind.prompt_field()), &mut out);
                 (out, true)
             }
             Err(e) => {

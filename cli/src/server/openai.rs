@@ -17,7 +17,7 @@
 
 use mlxcel_runtime::chat::Message;
 use mlxcel_runtime::engine::ModelInfo;
-use mlxcel_runtime::generate::{GenerationOptions, MAX_TOP_LOGPROBS, check_prompt_tokens};
+use mlxcel_runtime::generate::{GenerationOptions, MAX_TOP_LOGPROBS};
 use mlxcel_runtime::sampler::{Param, SamplingParams};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -32,6 +32,17 @@ pub enum Kind {
     Chat,
     /// `/v1/completions`.
     Text,
+}
+
+impl Kind {
+    /// The request field the prompt comes in, which errors about the
+    /// prompt name.
+    pub fn prompt_field(self) -> &'static str {
+        match self {
+            Kind::Chat => "messages",
+            Kind::Text => "prompt",
+        }
+    }
 }
 
 /// The fields `/v1/chat/completions` implements.
@@ -303,16 +314,16 @@ fn finish(
         return Err(ApiError::invalid_param(name, format!("{name} must be at least 1, got {n}")));
     }
     if prompt.is_empty() {
-        let field = if kind == Kind::Chat { "messages" } else { "prompt" };
-        return Err(ApiError::invalid_param(field, "the prompt gives no tokens"));
+        return Err(ApiError::invalid_param(kind.prompt_field(), "the prompt gives no tokens"));
     }
-    check_prompt_tokens(&prompt, model.config.vocab_size)?;
+    // Token ids outside the vocabulary are the engine's to refuse (at
+    // submission, named by `ApiError::for_prompt`).
     let context = model.context_length();
     if prompt.len() >= context {
         return Err(ApiError {
             code: Some("context_length_exceeded"),
             ..ApiError::invalid_param(
-                if kind == Kind::Chat { "messages" } else { "prompt" },
+                kind.prompt_field(),
                 format!("the prompt has {} tokens but the context holds {context}: no room to generate", prompt.len()),
             )
         });

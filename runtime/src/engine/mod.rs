@@ -73,7 +73,7 @@ use mlxcel_arch::ModelConfig;
 use crate::backend::Backend;
 use crate::chat::{ChatTemplate, Message};
 use crate::error::{Error, Result};
-use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats};
+use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats, check_prompt_tokens};
 use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, default_compute_dtype, load};
 use crate::tokenizer::Tokenizer;
 
@@ -488,10 +488,13 @@ impl Engine {
     }
 
     /// Queues a request; its events arrive on the returned stream. Refused
-    /// with [`Error::QueueFull`] when `max_waiting` requests already wait,
-    /// and with [`Error::KvBudget`] when its KV cache could never fit the
-    /// budget (other problems with a request arrive as its stream's `Failed`).
+    /// at once with [`Error::InvalidParameter`] (`prompt`) when a prompt
+    /// token is outside the model's vocabulary, with [`Error::KvBudget`]
+    /// when its KV cache could never fit the budget, and with
+    /// [`Error::QueueFull`] when `max_waiting` requests already wait (other
+    /// problems with a request arrive as its stream's `Failed`).
     pub fn submit(&self, request: Request) -> Result<Generating> {
+        check_prompt_tokens(&request.prompt, self.model.config.vocab_size)?;
         if let Some(budget) = self.kv_budget {
             let tokens = request.prompt.len().saturating_add(request.options.max_tokens).min(self.model.context);
             let needed = self.model.kv_bytes_for(tokens);

@@ -10,7 +10,7 @@ use super::prefix_cache::PrefixCache;
 use super::{Command, EngineOptions, EngineStats, Event, Job, ModelInfo, PrefixReuse, Request, Shared};
 use crate::backend::{Backend, MlxBackend, SeqId};
 use crate::error::{Error, Result};
-use crate::generate::{FinishReason, SequenceState, TextStream, check_prompt_tokens};
+use crate::generate::{FinishReason, SequenceState, TextStream};
 
 /// One admitted sequence: prefilling its prompt, then decoding.
 struct Running {
@@ -194,8 +194,9 @@ impl Scheduler {
             return Admission::Done(None);
         }
         let Request { prompt, options } = &job.request;
-        let state = SequenceState::new(prompt, options, self.model.tokenizer.eos_ids(), self.context)
-            .and_then(|state| check_prompt_tokens(prompt, self.backend.vocab_size()).map(|()| state));
+        // The prompt's tokens were checked against the vocabulary at
+        // `Engine::submit`.
+        let state = SequenceState::new(prompt, options, self.model.tokenizer.eos_ids(), self.context);
         let mut state = match state {
             Ok(s) => s,
             Err(e) => {
