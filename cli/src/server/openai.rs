@@ -4,7 +4,8 @@
 //!
 //! Every field the server does not implement is refused (400 naming it in
 //! `message` and `param`), never ignored: first the body's keys are checked
-//! against what each route knows ([`CHAT_FIELDS`], [`COMPLETION_FIELDS`]),
+//! against what each route knows ([`COMMON_FIELDS`] and [`CHAT_FIELDS`] or
+//! [`COMPLETION_FIELDS`]),
 //! then the typed parse names the field of a wrong type
 //! (`serde_path_to_error`), then ranges are checked with the runtime's
 //! wording ([`Param`]).
@@ -45,12 +46,12 @@ impl Kind {
     }
 }
 
-/// The fields `/v1/chat/completions` implements.
-pub const CHAT_FIELDS: &[&str] = &[
+/// The fields both routes implement (those of [`Common`], but chat's
+/// `max_completion_tokens`): sampling, stopping, streaming and the token
+/// budget.
+pub const COMMON_FIELDS: &[&str] = &[
     "model",
-    "messages",
     "max_tokens",
-    "max_completion_tokens",
     "temperature",
     "top_p",
     "top_k",
@@ -62,37 +63,17 @@ pub const CHAT_FIELDS: &[&str] = &[
     "repetition_penalty",
     "ignore_eos",
     "logprobs",
-    "top_logprobs",
     "stream",
     "stream_options",
     "n",
     "user",
 ];
 
-/// The fields `/v1/completions` implements.
-pub const COMPLETION_FIELDS: &[&str] = &[
-    "model",
-    "prompt",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "ignore_eos",
-    "logprobs",
-    "echo",
-    "stream",
-    "stream_options",
-    "n",
-    "user",
-    "suffix",
-    "best_of",
-];
+/// The fields only `/v1/chat/completions` implements (with [`COMMON_FIELDS`]).
+pub const CHAT_FIELDS: &[&str] = &["messages", "max_completion_tokens", "top_logprobs"];
+
+/// The fields only `/v1/completions` implements (with [`COMMON_FIELDS`]).
+pub const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 
 /// OpenAI fields this server knows but does not implement (a `null` value
 /// counts as absent).
@@ -203,15 +184,16 @@ struct CompletionFields {
     best_of: Option<i64>,
 }
 
-/// Parses the body as a JSON object and refuses the fields `known` lacks.
-pub fn parse_object(body: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> {
+/// Parses the body as a JSON object and refuses the fields none of the
+/// lists in `known` has.
+pub fn parse_object(body: &[u8], known: &[&[&str]]) -> Result<Map<String, Value>, ApiError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}")))?;
     let Value::Object(object) = value else {
         return Err(ApiError::invalid("the body must be a JSON object"));
     };
     for (key, value) in &object {
-        if known.contains(&key.as_str()) {
+        if known.iter().any(|fields| fields.contains(&key.as_str())) {
             continue;
         }
         if UNSUPPORTED_FIELDS.contains(&key.as_str()) {
@@ -419,7 +401,7 @@ fn content_text(content: &Value, i: usize) -> Result<String, ApiError> {
 
 /// A `/v1/chat/completions` request, tokenized through the chat template.
 pub fn chat(body: &[u8], model: &ModelInfo) -> Result<Prepared, ApiError> {
-    let object = parse_object(body, CHAT_FIELDS)?;
+    let object = parse_object(body, &[COMMON_FIELDS, CHAT_FIELDS])?;
     let common: Common = typed(&object)?;
     let fields: ChatFields = typed(&object)?;
     let logprobs = match (fields.logprobs.unwrap_or(false), fields.top_logprobs) {
@@ -439,7 +421,7 @@ pub fn chat(body: &[u8], model: &ModelInfo) -> Result<Prepared, ApiError> {
 
 /// A `/v1/completions` request.
 pub fn completion(body: &[u8], model: &ModelInfo) -> Result<Prepared, ApiError> {
-    let object = parse_object(body, COMPLETION_FIELDS)?;
+    let object = parse_object(body, &[COMMON_FIELDS, COMPLETION_FIELDS])?;
     let common: Common = typed(&object)?;
     let fields: CompletionFields = typed(&object)?;
     if fields.echo == Some(true) {
@@ -505,8 +487,11 @@ fn completion_prompt(prompt: &Value, model: &ModelInfo) -> Result<(Vec<u32>, usi
 mod tests {
     use super::*;
 
+    const CHAT: &[&[&str]] = &[COMMON_FIELDS, CHAT_FIELDS];
+    const COMPLETION: &[&[&str]] = &[COMMON_FIELDS, COMPLETION_FIELDS];
+
     fn refused(body: &str) -> ApiError {
-        parse_object(body.as_bytes(), CHAT_FIELDS).unwrap_err()
+        parse_object(body.as_bytes(), CHAT).unwrap_err()
     }
 
     #[test]
@@ -517,21 +502,33 @@ mod tests {
         let e = refused(r#"{"messages": [], "tools": []}"#);
         assert_eq!((e.param.as_deref(), e.code), (Some("tools"), Some("unsupported_parameter")));
         // A null unsupported field is an absent one.
-        assert!(parse_object(br#"{"messages": [], "tools": null}"#, CHAT_FIELDS).is_ok());
+        assert!(parse_object(br#"{"messages": [], "tools": null}"#, CHAT).is_ok());
         assert!(refused("[1]").message.contains("JSON object"));
         assert!(refused("{").message.contains("not valid JSON"));
         // Completions know no chat fields.
-        let e = parse_object(br#"{"prompt": "x", "messages": []}"#, COMPLETION_FIELDS).unwrap_err();
+        let e = parse_object(br#"{"prompt": "x", "messages": []}"#, COMPLETION).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages"));
     }
 
     #[test]
+    fn each_field_is_listed_once() {
+        let all: Vec<&str> = [COMMON_FIELDS, CHAT_FIELDS, COMPLETION_FIELDS].concat();
+        let mut unique = all.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "a field in two lists: {all:?}");
+        // The routes still differ where they should.
+        assert!(parse_object(br#"{"prompt": "x", "max_completion_tokens": 1}"#, COMPLETION).is_err());
+        assert!(parse_object(br#"{"messages": [], "echo": false}"#, CHAT).is_err());
+        assert!(parse_object(br#"{"prompt": "x", "ignore_eos": true, "top_k": 2}"#, COMPLETION).is_ok());
+    }
+
+    #[test]
     fn a_wrong_type_names_its_path() {
-        let object =
-            parse_object(br#"{"messages": [{"role": "user", "content": "x"}], "seed": "s"}"#, CHAT_FIELDS).unwrap();
+        let object = parse_object(br#"{"messages": [{"role": "user", "content": "x"}], "seed": "s"}"#, CHAT).unwrap();
         let e = typed::<Common>(&object).err().unwrap();
         assert_eq!(e.param.as_deref(), Some("seed"));
-        let object = parse_object(br#"{"messages": [{"role": 1, "content": "x"}]}"#, CHAT_FIELDS).unwrap();
+        let object = parse_object(br#"{"messages": [{"role": 1, "content": "x"}]}"#, CHAT).unwrap();
         assert_eq!(messages(&object).unwrap_err().param.as_deref(), Some("messages[0].role"));
     }
 
@@ -540,17 +537,16 @@ mod tests {
         let object = parse_object(
             br#"{"messages": [{"role": "developer", "content": "d"},
                               {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}"#,
-            CHAT_FIELDS,
+            CHAT,
         )
         .unwrap();
         assert_eq!(messages(&object).unwrap(), [Message::new("system", "d"), Message::new("user", "ab")]);
         let object =
-            parse_object(br#"{"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}"#, CHAT_FIELDS)
-                .unwrap();
+            parse_object(br#"{"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}"#, CHAT).unwrap();
         let e = messages(&object).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].content[0].type"));
         assert!(e.message.contains("input_audio"), "{}", e.message);
-        let object = parse_object(br#"{"messages": []}"#, CHAT_FIELDS).unwrap();
+        let object = parse_object(br#"{"messages": []}"#, CHAT).unwrap();
         assert!(messages(&object).is_err());
     }
 

@@ -145,7 +145,7 @@ struct TokenizeBody {
 /// (a piece that is not whole UTF-8 is a list of bytes), as llama-server.
 async fn tokenize(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let model = state.model()?.clone();
-    let object = parse_object(&body, &["content", "add_special", "with_pieces", "parse_special"])?;
+    let object = parse_object(&body, &[&["content", "add_special", "with_pieces", "parse_special"]])?;
     if object.get("parse_special").is_some_and(|v| v != &Value::Bool(true)) {
         return Err(ApiError::unsupported("parse_special", " (special tokens are always parsed)"));
     }
@@ -181,7 +181,7 @@ struct DetokenizeBody {
 /// `POST /detokenize`: `{"tokens": [id...]}` → `{"content": text}`.
 async fn detokenize(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let model = state.model()?.clone();
-    let req: DetokenizeBody = typed(&parse_object(&body, &["tokens"])?)?;
+    let req: DetokenizeBody = typed(&parse_object(&body, &[&["tokens"]])?)?;
     let vocab = model.config.vocab_size;
     if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= vocab) {
         return Err(ApiError::invalid_param("tokens", format!("token {bad} is not in the vocabulary of {vocab}")));
@@ -194,7 +194,7 @@ async fn detokenize(State(state): State<Shared>, body: Bytes) -> Result<Json<Val
 /// chat template's rendering (with the assistant's turn opener).
 async fn apply_template(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let model = state.model()?.clone();
-    let object = parse_object(&body, &["messages"])?;
+    let object = parse_object(&body, &[&["messages"]])?;
     let messages = openai::messages(&object)?;
     // Rendering is CPU work (bounded by the template's fuel).
     let prompt = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {
