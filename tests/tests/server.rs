@@ -240,8 +240,8 @@ fn long_prompt(server: &Server, tokens: u64) -> String {
     panic!("no prompt keeps the tiny model going for {tokens} tokens");
 }
 
-/// A streamed completion on a raw socket, its response head read.
-fn open_stream(server: &Server, body: &Value) -> BufReader<TcpStream> {
+/// A completion request sent on a raw socket (the answer not read).
+fn send_completion(server: &Server, body: &Value) -> TcpStream {
     let mut socket = TcpStream::connect(&server.addr).unwrap();
     let body = body.to_string();
     write!(
@@ -250,6 +250,12 @@ fn open_stream(server: &Server, body: &Value) -> BufReader<TcpStream> {
         body.len()
     )
     .unwrap();
+    socket
+}
+
+/// A streamed completion on a raw socket, its response head read.
+fn open_stream(server: &Server, body: &Value) -> BufReader<TcpStream> {
+    let socket = send_completion(server, body);
     socket.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut reader = BufReader::new(socket);
     let mut status = String::new();
@@ -523,9 +529,25 @@ fn bad_requests_get_the_right_status_and_envelope_and_the_server_keeps_serving()
     let (status, body) = server.post("/v1/completions", &json!({"prompt": "x", "suffix": "y"}));
     assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "suffix");
     good();
-    // A prompt longer than the context (64).
+    // A prompt longer than the context (64): the error names the field the
+    // prompt came in.
     let (status, body) = server.post("/v1/completions", &json!({"prompt": "y".repeat(100), "max_tokens": 1}));
-    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["code"], "context_length_exceeded");
+    let error = assert_error(status, &body, 400, "invalid_request_error");
+    assert_eq!((&error["code"], &error["param"]), (&json!("context_length_exceeded"), &json!("prompt")), "{body}");
+    let (status, body) = server.post("/v1/chat/completions", &chat_body(&"y".repeat(100), 1));
+    let error = assert_error(status, &body, 400, "invalid_request_error");
+    assert_eq!((&error["code"], &error["param"]), (&json!("context_length_exceeded"), &json!("messages")), "{body}");
+    good();
+    // Token ids outside the vocabulary (the engine refuses them at
+    // submission): 400 naming `prompt`, flat or nested.
+    for prompt in [json!([1, 2, 1_000_000]), json!([[1, u32::MAX]])] {
+        let (status, body) = server.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 1}));
+        let error = assert_error(status, &body, 400, "invalid_request_error");
+        assert_eq!(error["param"], "prompt", "{body}");
+        assert!(error["message"].as_str().unwrap().contains("not in the model's vocabulary"), "{body}");
+    }
+    let (status, body) = server.post("/v1/completions", &json!({"prompt": [1, 2, 3], "max_tokens": 1}));
+    assert_eq!(status, 200, "in-vocabulary token ids are a prompt: {body}");
     good();
     // A body over the limit (4096 bytes): 413 in the envelope.
     let big = chat_body(&"z".repeat(10_000), 1).to_string();
@@ -807,6 +829,47 @@ fn llama_server_variables_are_fallbacks_and_cors_is_opt_in() {
     drop(server);
     let server = Server::start_env(tiny(), &["--ctx-size", "48"], &env);
     assert_eq!(n_ctx(&server, "k1"), 48, "the flag wins over both");
+}
+
+/// On SmolLM2 (its KV cache is large enough to count in MiB: 30 layers ×
+/// 2 × 3 heads × 64 × f32 = 45 KiB a position): a request whose KV cache
+/// could never fit `--kv-budget` is refused at once with 400
+/// `kv_budget_exceeded` and the server goes on serving; and a client that
+/// hangs up during a whole (non-streamed) answer frees its slot.
+#[test]
+fn kv_budget_refusals_and_a_whole_answers_disconnect_on_smollm2() {
+    // 64 MiB hold about 1450 positions (1200 tokens and a cache chunk).
+    let server = Server::start(smollm2(), &["--kv-budget", "64", "--threads", "2", "--metrics"]);
+    let (status, body) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "temperature": 0}),
+    );
+    let error = assert_error(status, &body, 400, "invalid_request_error");
+    assert_eq!(error["code"], "kv_budget_exceeded", "{body}");
+    assert!(error["message"].as_str().unwrap().contains("budget"), "{body}");
+    // Nor does a chat whose max_tokens defaults to the whole context.
+    let (status, body) = server.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Hi"}]}));
+    assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["code"], "kv_budget_exceeded");
+    let (status, body) = server.post("/v1/chat/completions", &chat_body("Hi", 4));
+    assert_eq!(status, 200, "a request that fits is served: {body}");
+    assert_eq!(server.metric("mlxcel_requests_running"), 0.0);
+
+    // A whole answer of 1000 tokens (far longer than this test waits),
+    // sent on a raw socket that is closed once the request runs.
+    let socket = send_completion(
+        &server,
+        &json!({"prompt": "1, 2, 3,", "max_tokens": 1000, "ignore_eos": true, "temperature": 0}),
+    );
+    wait_for("the request to run", Duration::from_secs(30), || server.metric("mlxcel_requests_running") == 1.0);
+    let hung_up = Instant::now();
+    drop(socket);
+    wait_for("the slot to free", Duration::from_secs(2), || server.metric("mlxcel_requests_running") == 0.0);
+    eprintln!("slot freed {:.0} ms after the hang-up", hung_up.elapsed().as_secs_f64() * 1e3);
+    // Cancelled, not finished: the request's log line says the client left.
+    wait_for("the log line", Duration::from_secs(2), || server.log().contains("client disconnected"));
+    assert!(server.log().contains("status=499"), "{}", server.log());
+    let (status, body) = server.post("/v1/chat/completions", &chat_body("Hi", 4));
+    assert_eq!(status, 200, "{body}");
 }
 
 /// The official OpenAI Python client (openai, pinned in the reference
