@@ -831,6 +831,72 @@ fn llama_server_variables_are_fallbacks_and_cors_is_opt_in() {
     assert_eq!(n_ctx(&server, "k1"), 48, "the flag wins over both");
 }
 
+/// Sends `request` (a whole HTTP/1.1 request) on a new connection and
+/// returns the response's status line and headers (names lower-cased).
+fn raw_head(server: &Server, request: &str) -> (String, Vec<(String, String)>) {
+    let mut socket = TcpStream::connect(&server.addr).unwrap();
+    socket.write_all(request.as_bytes()).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut reader = BufReader::new(socket);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 || line.trim().is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').unwrap();
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+    (status.trim().to_string(), headers)
+}
+
+/// A browser's CORS preflight for a chat completion with a key: allowed
+/// for `--cors-origin`'s origin (the origin, POST and the asked headers,
+/// `authorization` included: a `*` would not cover it), not for another
+/// origin, and no CORS headers at all without `--cors-origin`.
+#[test]
+fn cors_preflight_allows_the_configured_origin_only() {
+    let preflight = |server: &Server, origin: &str| {
+        raw_head(
+            server,
+            &format!(
+                "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n\
+                 Access-Control-Request-Method: POST\r\n\
+                 Access-Control-Request-Headers: authorization, content-type\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    let header = |headers: &[(String, String)], name: &str| {
+        headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_ascii_lowercase())
+    };
+    // With keys: a preflight carries none, and must not need one.
+    let server = Server::start(tiny(), &["--cors-origin", "http://example.test", "--api-key", "k"]);
+    let (status, headers) = preflight(&server, "http://example.test");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status} {headers:?}");
+    assert_eq!(header(&headers, "access-control-allow-origin").as_deref(), Some("http://example.test"), "{headers:?}");
+    let methods = header(&headers, "access-control-allow-methods").unwrap_or_default();
+    assert!(methods.contains("post"), "{headers:?}");
+    let allowed = header(&headers, "access-control-allow-headers").unwrap_or_default();
+    assert!(allowed.contains("authorization") && allowed.contains("content-type"), "{headers:?}");
+    // Another origin: no allow-origin, so the browser refuses.
+    let (_, headers) = preflight(&server, "http://other.test");
+    assert_eq!(header(&headers, "access-control-allow-origin"), None, "{headers:?}");
+    // The actual request from the allowed origin carries the header too.
+    let (status, _, text) = server.post_raw(
+        "/v1/chat/completions",
+        &chat_body("x", 1).to_string(),
+        &[("authorization", "Bearer k"), ("origin", "http://example.test")],
+    );
+    assert_eq!(status, 200, "{text}");
+    drop(server);
+    // Without --cors-origin: no CORS headers of any kind.
+    let server = Server::start(tiny(), &[]);
+    let (_, headers) = preflight(&server, "http://example.test");
+    assert!(!headers.iter().any(|(n, _)| n.starts_with("access-control-")), "{headers:?}");
+}
+
 /// On SmolLM2 (its KV cache is large enough to count in MiB: 30 layers ×
 /// 2 × 3 heads × 64 × f32 = 45 KiB a position): a request whose KV cache
 /// could never fit `--kv-budget` is refused at once with 400

@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Router, extract::DefaultBodyLimit};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::errors::{ApiError, envelope_layer};
 use crate::generate::{self, LoggedByHandler};
@@ -62,7 +62,10 @@ pub fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> anyhow
             CorsLayer::new()
                 .allow_origin(origin)
                 .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-                .allow_headers(Any),
+                // The headers the preflight asks for, named: a `*` does not
+                // cover `Authorization` (the Fetch standard), so a browser
+                // sending a key would be refused.
+                .allow_headers(AllowHeaders::mirror_request()),
         );
     }
     Ok(app.with_state(state))
