@@ -34,7 +34,8 @@
 //! `frequency_penalty`, `repetition_penalty`, `logprobs` + `top_logprobs`
 //! (0..=20), `stream`, `stream_options.include_usage`, `n` (1 only),
 //! `user`, `ignore_eos` (llama-server's). Completions take `prompt` (a
-//! string, a list of one string, or token ids), `echo` (false only), `logprobs` (0..=5), `suffix` (empty
+//! string, a list of one string, or token ids, each in the model's
+//! vocabulary), `echo` (false only), `logprobs` (0..=5), `suffix` (empty
 //! only), `best_of` (1 only) and the same sampling fields. Everything else
 //! (`tools`, `response_format`, `logit_bias`, unknown names, `n` > 1, ...)
 //! is a 400 naming the field. `max_tokens` defaults to, and is capped by,
@@ -53,7 +54,8 @@
 //! | status | type | code | when |
 //! |---|---|---|---|
 //! | 400 | `invalid_request_error` | — / `unsupported_parameter` | bad JSON, a wrong type, an unknown or unimplemented field, a value out of range (`param` names the field) |
-//! | 400 | `invalid_request_error` | `context_length_exceeded` | the prompt fills the context |
+//! | 400 | `invalid_request_error` | — | a prompt token id outside the model's vocabulary (`param`: `prompt`) |
+//! | 400 | `invalid_request_error` | `context_length_exceeded` | the prompt fills the context (`param`: `messages` for chat, `prompt` for completions) |
 //! | 400 | `invalid_request_error` | `kv_budget_exceeded` | the request's KV cache can never fit `--kv-budget` |
 //! | 401 | `authentication_error` | `invalid_api_key` | a key is missing or wrong |
 //! | 404 | `not_found_error` | — | no such route |
@@ -79,7 +81,8 @@
 //! (`LLAMA_ARG_ENDPOINT_METRICS`), `--threads`/`-t` (`MLXCEL_THREADS`,
 //! `LLAMA_ARG_THREADS`), `--device`, `--isa` (`MLXCEL_DEVICE`,
 //! `MLXCEL_ISA`, as `mlxcel`), `--timeout` (600 s; `LLAMA_ARG_TIMEOUT`),
-//! `--cors-origin` (repeatable; no CORS without it), `--shutdown-grace`
+//! `--cors-origin` (repeatable; no CORS without it; preflights allow the
+//! headers they ask for, `Authorization` included), `--shutdown-grace`
 //! (30 s), `--cache-ram` (1024 MiB prefix cache; `LLAMA_ARG_CACHE_RAM`),
 //! `--prefix-reuse` (`longest` or `exact`: what a hit may reuse),
 //! `--kv-budget` (MiB, no limit), `--max-body-size` (10 MiB),
@@ -89,7 +92,8 @@
 //! # Operations
 //!
 //! - Each request's engine stream is drained on a blocking task; a client
-//!   that disconnects cancels its request within a decode step (`bridge`).
+//!   that disconnects, mid-stream or while waiting for a whole answer,
+//!   cancels its request within a decode step (`bridge`).
 //! - SIGTERM or Ctrl-C: stop accepting, refuse new requests (503), let
 //!   those in flight finish within `--shutdown-grace`, cancel the rest, exit 0.
 //! - One log line per request on stderr: id, method and path, status,
