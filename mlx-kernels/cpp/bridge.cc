@@ -510,6 +510,16 @@ ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const
       fast::quantized_gated_linear(act, x.inner, ws[0], ws[1], group_size, bits, path));
 }
 
+std::unique_ptr<ArrayList> fast_linear_multi(const Array& x, const ArrayList& weights,
+                                             rust::Slice<const int32_t> heads, fast::Path path) {
+  return wrap_list(fast::linear_multi(x.inner, weights.items, to_ints(heads), path));
+}
+
+ArrayPtr fast_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, fast::Path path) {
+  if (weights.items.size() != 2) throw std::invalid_argument("a gated linear takes a gate and an up projection");
+  return wrap(fast::gated_linear(act, x.inner, weights.items[0], weights.items[1], path));
+}
+
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, fast::Path path) {
   return wrap(fast::rms_norm(x.inner, opt(weight), eps, path));
 }

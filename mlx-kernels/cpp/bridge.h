@@ -127,6 +127,8 @@ ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scal
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, float scale, fast::Path path);
 std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, fast::Path path);
 ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, fast::Path path);
+std::unique_ptr<ArrayList> fast_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, fast::Path path);
+ArrayPtr fast_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, fast::Path path);
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, fast::Path path);
 ArrayPtr fast_add(const Array& a, const Array& b, fast::Path path);
 ArrayPtr fast_rope(const Array& x, const RopeParams& rope, std::unique_ptr<Array> freqs, int32_t offset, fast::Path path);

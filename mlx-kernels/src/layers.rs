@@ -64,6 +64,15 @@ impl Linear {
         self.weight.cols()
     }
 
+    /// The float matrix when the map is float and has no bias (what the
+    /// fused float product kernels take).
+    pub(crate) fn bare_dense(&self) -> Option<&Array> {
+        match (&self.weight, &self.bias) {
+            (Weight::Dense(w), None) => Some(w),
+            _ => None,
+        }
+    }
+
     /// The quantized matrix when the map is quantized and has no bias (what
     /// the fused product kernels take).
     pub(crate) fn bare_quantized(&self) -> Option<&Quantized> {

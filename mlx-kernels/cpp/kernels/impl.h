@@ -186,7 +186,7 @@ inline void qmv_rows(const QmmArgs& a, int n, const float* xp, const float* xs, 
   constexpr int NA = 2;
   const int K = a.K, G = K / GS;
   const int64_t row_bytes = static_cast<int64_t>(K) * BITS / 8;
-  const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
+  const uint8_t* wb = static_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
   const float* sc;
   const float* bi;
   float widened[2 * 4 * 256];  // 16-bit scales and biases of these rows as f32
@@ -418,7 +418,7 @@ inline void qmv_rows_i16(const QmmArgs& a, int n, const int16_t* xq, const float
   static_assert(GPC <= 2, "at most two groups per chunk");
   const int K = a.K, G = K / GS, NC = K / CHUNK;
   const int64_t row_bytes = static_cast<int64_t>(K) * BITS / 8;
-  const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
+  const uint8_t* wb = static_cast<const uint8_t*>(a.w) + static_cast<int64_t>(n) * row_bytes;
   const int st = a.scale_type;
   const int64_t srow = static_cast<int64_t>(n) * G;
   __m512 tot[R][MM];
@@ -544,22 +544,29 @@ void qmv_tasks(const QmmArgs* args, const int* first, int count, int chunk, int 
   });
 }
 
+// How a matvec job over `count` matrices splits into tasks: returns the rows
+// per task (~8 tasks per thread over all matrices, multiples of 4) and sets
+// `first[i]`, matrix i's first task (`first` has count + 1 entries).
+inline int qmv_plan(const QmmArgs* args, int count, int* first) {
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += args[i].N;
+  const int threads = pool_threads();
+  const bool parallel = threads > 1 && args[0].M * total * args[0].K >= kParallelWork * 4;
+  const int chunk = parallel ? imax(16, round_up(static_cast<int>((total + threads * 8 - 1) / (threads * 8)), 4))
+                             : static_cast<int>(total);
+  first[0] = 0;
+  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + ceil_div(args[i].N, chunk);
+  return chunk;
+}
+
 // Several matrices against the same x (q, k and v; gate and up) in one
 // parallel pass: x is permuted once and all rows share one pool dispatch.
 template <int BITS>
 void qmv_multi(const QmmArgs* args, int count) {
   const QmmArgs& a = args[0];
   const int K = a.K, gs = a.group_size, G = K / gs, M = a.M;
-  int64_t total = 0;
-  for (int i = 0; i < count; ++i) total += args[i].N;
-  const int threads = pool_threads();
-  const bool parallel = threads > 1 && M * total * K >= kParallelWork * 4;
-  // Rows per task: ~8 tasks per thread over all matrices, multiples of 4.
-  const int chunk = parallel ? imax(16, round_up(static_cast<int>((total + threads * 8 - 1) / (threads * 8)), 4))
-                             : static_cast<int>(total);
   int first[8 + 1];  // first task of each matrix (count <= 8)
-  first[0] = 0;
-  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + ceil_div(args[i].N, chunk);
+  const int chunk = qmv_plan(args, count, first);
 #if defined(MLXCEL_DOT_I16)
   if constexpr (BITS == 4 || BITS == 8) {
     if (K % kI16Chunk<BITS> == 0) {
@@ -618,7 +625,7 @@ void pack_strip(const QmmArgs& a, int n0, int k0, int kc, float* Bp) {
   constexpr int SPAN = BITS == 4 ? 2 * W : W;
   const int G = a.K / a.group_size;
   const int64_t row_bytes = static_cast<int64_t>(a.K) * BITS / 8;
-  const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w);
+  const uint8_t* wb = static_cast<const uint8_t*>(a.w);
   for (int v = 0; v < NV; ++v) {
     const int r0 = n0 + v * W;
     for (int k = k0; k < k0 + kc; k += SPAN) {
@@ -711,8 +718,10 @@ inline void ukernel_rows(int mr, int kc, const float* A, int64_t lda, const floa
   }
 }
 
-template <int BITS>
-void qgemm(const QmmArgs& a) {
+// The GEMM over panels of W: `pack(n0, k0, kc, Bp)` writes rows n0 .. n0+NR
+// of W, k in [k0, k0+kc), k-major into Bp [kc][NR] (zero past N).
+template <class Pack>
+void gemm_panels(const QmmArgs& a, const Pack& pack) {
   constexpr int NR = S::GEMM_NV * W, MR = S::GEMM_MR;
   const int M = a.M, N = a.N, K = a.K;
   const int strips = ceil_div(N, NR);
@@ -732,7 +741,7 @@ void qgemm(const QmmArgs& a) {
     float* Bp = scratch(kScratchPanel, static_cast<size_t>(panel) * NR * kGemmKC);
     for (int k0 = 0; k0 < K; k0 += kGemmKC) {
       const int kc = imin(kGemmKC, K - k0);
-      for (int s = s0; s < s1; ++s) pack_strip<BITS>(a, s * NR, k0, kc, Bp + static_cast<int64_t>(s - s0) * kc * NR);
+      for (int s = s0; s < s1; ++s) pack(s * NR, k0, kc, Bp + static_cast<int64_t>(s - s0) * kc * NR);
       for (int s = s0; s < s1; ++s) {
         const float* B = Bp + static_cast<int64_t>(s - s0) * kc * NR;
         const int ncols = imin(NR, N - s * NR);
@@ -743,6 +752,11 @@ void qgemm(const QmmArgs& a) {
       }
     }
   });
+}
+
+template <int BITS>
+void qgemm(const QmmArgs& a) {
+  gemm_panels(a, [&](int n0, int k0, int kc, float* Bp) { pack_strip<BITS>(a, n0, k0, kc, Bp); });
 }
 
 template <int BITS>
@@ -757,9 +771,14 @@ void qmm_multi_bits(const QmmArgs* args, int count) {
     if (args[i].N > 0) qgemm<BITS>(args[i]);
 }
 
-// `count` (at most 8) products of the same x (same M, K, bits and group size).
+// Products of float weights (float_impl.h, included after this file).
+void fmm_multi(const QmmArgs* args, int count);
+
+// `count` (at most 8) products of the same x (same M, K, bits and group size;
+// or all of float weights).
 void qmm_multi(const QmmArgs* args, int count) {
   if (count <= 0 || args[0].M <= 0) return;
+  if (args[0].weight_type != kWeightQuantized) return fmm_multi(args, count);
   switch (args[0].bits) {
     case 2: qmm_multi_bits<2>(args, count); break;
     case 3: qmm_multi_bits<3>(args, count); break;

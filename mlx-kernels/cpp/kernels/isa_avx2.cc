@@ -25,6 +25,7 @@ constexpr Isa kIsa = Isa::Avx2;
 constexpr const char* kIsaName = "avx2";
 #include "mlxcel-mlx/cpp/kernels/simd_avx2.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
+#include "mlxcel-mlx/cpp/kernels/float_impl.h"
 }  // namespace mlxcel::kern::avx2
 
 #if defined(__clang__)

@@ -27,6 +27,7 @@ constexpr const char* kIsaName = "avx512vnni";
 #define MLXCEL_DOT_I16 1
 #include "mlxcel-mlx/cpp/kernels/simd_avx512.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
+#include "mlxcel-mlx/cpp/kernels/float_impl.h"
 #undef MLXCEL_DOT_I16
 }  // namespace mlxcel::kern::avx512vnni
 

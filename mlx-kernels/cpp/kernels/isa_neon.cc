@@ -15,6 +15,7 @@ constexpr Isa kIsa = Isa::Neon;
 constexpr const char* kIsaName = "neon";
 #include "mlxcel-mlx/cpp/kernels/simd_neon.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
+#include "mlxcel-mlx/cpp/kernels/float_impl.h"
 }  // namespace mlxcel::kern::neon
 
 namespace mlxcel::kern {

@@ -11,6 +11,7 @@ constexpr Isa kIsa = Isa::Scalar;
 constexpr const char* kIsaName = "scalar";
 #include "mlxcel-mlx/cpp/kernels/simd_scalar.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
+#include "mlxcel-mlx/cpp/kernels/float_impl.h"
 }  // namespace mlxcel::kern::scalar
 
 namespace mlxcel::kern {

@@ -82,13 +82,22 @@ inline float scale_at(const void* p, int64_t i, int type) {
   }
 }
 
+/// What `QmmArgs::w` holds: affine-quantized codes (with scales and biases),
+/// or a float matrix `W [N, K]`, row-major, of f32, f16 or bf16 (read as f32,
+/// exactly; float_impl.h).
+enum WeightType : int { kWeightQuantized = 0, kWeightF32 = 1, kWeightF16 = 2, kWeightBF16 = 3 };
+static_assert(kWeightF16 == kWeightF32 + int{kScaleF16} && kWeightBF16 == kWeightF32 + int{kScaleBF16},
+              "a float WeightType is 1 + the ScaleType of the same storage");
+
 /// `out[M, N] = x[M, K] · Wᵀ` for an affine-quantized `W [N, K]` in MLX's
 /// layout: row n is one little-endian bit stream of `bits`-bit codes (u32
-/// words), `w[n, k] = scales[n, k / gs] * code + biases[n, k / gs]`.
+/// words), `w[n, k] = scales[n, k / gs] * code + biases[n, k / gs]`; or, with
+/// a float `weight_type`, for the float matrix `w` (scales, biases,
+/// group_size and bits unused).
 struct QmmArgs {
   const float* x;
   int64_t ldx;  // floats between rows of x
-  const uint32_t* w;
+  const void* w;
   const void* scales;  // [N, K / gs] of `scale_type`
   const void* biases;
   float* out;
@@ -99,6 +108,7 @@ struct QmmArgs {
   /// every row exactly as if it were alone, whatever M (the matvec path in
   /// runs of at most 8 rows, never the GEMM). Otherwise M > 8 takes the GEMM.
   bool row_invariant;
+  int weight_type;  // WeightType of w (kWeightQuantized when zero-initialised)
 };
 
 /// Rotary embedding of `x [A, B, L, D]` (element strides sa, sb, sl; the last

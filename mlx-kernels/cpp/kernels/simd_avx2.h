@@ -75,14 +75,15 @@ struct S {
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
   static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+  // W 16-bit floats (kScaleF16 or kScaleBF16) as f32 (exact).
+  static inline V load_h(const uint16_t* p, int type) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return type == kScaleF16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+
   static inline void widen(const uint16_t* src, float* dst, int n, int type) {
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      V f = type == kScaleF16 ? _mm256_cvtph_ps(h)
-                              : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-      _mm256_storeu_ps(dst + i, f);
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_h(src + i, type));
     for (; i < n; ++i) dst[i] = type == kScaleF16 ? _cvtsh_ss(src[i]) : bf16_to_float(src[i]);
   }
 

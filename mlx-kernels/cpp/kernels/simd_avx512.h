@@ -78,6 +78,12 @@ struct S {
   }
   static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+  // W 16-bit floats (kScaleF16 or kScaleBF16) as f32 (exact).
+  static inline V load_h(const uint16_t* p, int type) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return type == kScaleF16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+
   // n 16-bit floats (kScaleF16 or kScaleBF16) to f32.
   static inline void widen(const uint16_t* src, float* dst, int n, int type) {
     for (int i = 0; i < n; i += 16) {

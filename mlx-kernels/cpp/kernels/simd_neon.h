@@ -85,14 +85,15 @@ struct S {
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
   static inline void prefetch(const void* p) { __builtin_prefetch(p); }
 
+  // W 16-bit floats (kScaleF16 or kScaleBF16) as f32 (exact; bf16 is a shift).
+  static inline V load_h(const uint16_t* p, int type) {
+    const uint16x4_t h = vld1_u16(p);
+    return type == kScaleF16 ? vcvt_f32_f16(vreinterpret_f16_u16(h)) : vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(h), 16));
+  }
+
   static inline void widen(const uint16_t* src, float* dst, int n, int type) {
     int i = 0;
-    for (; i + 4 <= n; i += 4) {
-      const uint16x4_t h = vld1_u16(src + i);
-      const V f = type == kScaleF16 ? vcvt_f32_f16(vreinterpret_f16_u16(h))
-                                    : vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(h), 16));
-      vst1q_f32(dst + i, f);
-    }
+    for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, load_h(src + i, type));
     for (; i < n; ++i) dst[i] = type == kScaleF16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
   }
 

@@ -64,7 +64,8 @@ struct S {
   static inline V iota() { return 0.0f; }
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
   static inline void prefetch(const void* p) { __builtin_prefetch(p); }
+  static inline V load_h(const uint16_t* p, int type) { return type == kScaleF16 ? half_to_float(*p) : bf16_to_float(*p); }
   static inline void widen(const uint16_t* src, float* dst, int n, int type) {
-    for (int i = 0; i < n; ++i) dst[i] = type == kScaleF16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
+    for (int i = 0; i < n; ++i) dst[i] = load_h(src + i, type);
   }
 };

@@ -113,16 +113,79 @@ RopeConfig rope_config(const RopeSpec& rope) {
 // batch): its product must give each row the bits it gets alone.
 bool one_position_per_sequence(const array& x) { return x.ndim() == 3 && x.shape(1) == 1; }
 
-// The inputs of a product node: x [, norm weight], (codes, scales, biases)...
-std::vector<array> product_inputs(const ProductInput& px, const std::vector<QuantizedWeight>& ws) {
-  std::vector<array> inputs{px.x};
-  if (px.norm_weight) inputs.push_back(*px.norm_weight);
+// The weight inputs of a product node: (codes, scales, biases) per weight.
+std::vector<array> triples(const std::vector<QuantizedWeight>& ws) {
+  std::vector<array> inputs;
   for (const auto& w : ws) {
     inputs.push_back(w.w);
     inputs.push_back(w.scales);
     inputs.push_back(*w.biases);
   }
   return inputs;
+}
+
+// The inputs of a product node: x [, norm weight], then the weights' inputs.
+std::vector<array> product_inputs(const ProductInput& px, const std::vector<array>& weights) {
+  std::vector<array> inputs{px.x};
+  if (px.norm_weight) inputs.push_back(*px.norm_weight);
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  return inputs;
+}
+
+// Head counts must be >= 0, and > 0 only for x [B, L, K] and widths they divide.
+void check_heads(const char* op, const array& x, const std::vector<int>& heads, const std::vector<array>& ws) {
+  if (heads.size() != ws.size()) throw std::invalid_argument(std::string(op) + ": one head count per weight");
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (heads[i] < 0) throw std::invalid_argument(std::string(op) + ": negative head count");
+    if (heads[i] > 0 && (x.ndim() != 3 || ws[i].ndim() != 2 || ws[i].shape(0) % heads[i] != 0))
+      throw std::invalid_argument(std::string(op) + ": heads need x [batch, seq, features] and outputs " +
+                                  "divisible by the head count");
+  }
+}
+
+// MLX's op's output `y [B, L, N]` split into `heads` heads (0: as it is).
+array split_heads(const array& x, array y, int heads) {
+  if (heads <= 0) return y;
+  y = mx::reshape(y, {x.shape(0), x.shape(1), heads, y.shape(-1) / heads});
+  return mx::transpose(y, {0, 2, 1, 3});
+}
+
+// One QuantizedProduct node of x (a pending norm absorbed) and the weights' inputs.
+std::vector<array> product_node(mx::Stream s, const array& x, QuantSpec quant, const std::vector<int>& heads,
+                                const std::vector<array>& weights) {
+  auto px = absorb_norm(x);
+  ProductSpec spec{quant, heads, px.prologue, Epilogue::None, one_position_per_sequence(x)};
+  auto inputs = product_inputs(px, weights);
+  auto shapes = QuantizedProduct::shapes(inputs, spec);
+  std::vector<mx::Dtype> dtypes(heads.size(), mx::float32);
+  return array::make_arrays(std::move(shapes), dtypes, std::make_shared<QuantizedProduct>(s, std::move(spec)),
+                            inputs);
+}
+
+// One QuantizedGatedProduct node of x (a pending norm absorbed) and the two weights' inputs.
+array gated_node(mx::Stream s, kern::Activation act, const array& x, QuantSpec quant, int width,
+                 const std::vector<array>& weights) {
+  auto px = absorb_norm(x);
+  auto shape = x.shape();
+  shape.back() = width;
+  GatedSpec spec{quant, act, px.prologue, one_position_per_sequence(x)};
+  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGatedProduct>(s, spec),
+               product_inputs(px, weights));
+}
+
+// Why float weights cannot go through one product node ("" when they can).
+std::string dense_unsupported(const array& x, const std::vector<array>& ws) {
+  if (ws.empty() || ws.size() > 8) return "between 1 and 8 weights are fused, not " + std::to_string(ws.size());
+  if (x.dtype() != mx::float32) return "activations must be float32, not " + dtype_str(x.dtype());
+  if (x.ndim() < 1) return "activations must have at least one dimension";
+  for (const auto& w : ws) {
+    if (w.ndim() != 2) return "weights must be 2-D, not " + shape_str(w.shape());
+    if (w.dtype() != mx::float32 && w.dtype() != mx::float16 && w.dtype() != mx::bfloat16)
+      return "weights must be float32, float16 or bfloat16, not " + dtype_str(w.dtype());
+    if (w.shape(1) != x.shape(-1))
+      return "activations have " + std::to_string(x.shape(-1)) + " features, a weight " + std::to_string(w.shape(1));
+  }
+  return "";
 }
 
 }  // namespace
@@ -143,35 +206,48 @@ mx::array quantized_linear(const mx::array& x, const QuantizedWeight& w, int gro
 
 std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vector<QuantizedWeight>& ws,
                                               const std::vector<int>& heads, int group_size, int bits, Path path) {
-  if (heads.size() != ws.size()) throw std::invalid_argument("quantized_linear_multi: one head count per weight");
-  for (size_t i = 0; i < ws.size(); ++i) {
-    if (heads[i] < 0) throw std::invalid_argument("quantized_linear_multi: negative head count");
-    if (heads[i] > 0 && (x.ndim() != 3 || ws[i].w.ndim() != 2 || ws[i].w.shape(0) % heads[i] != 0))
-      throw std::invalid_argument("quantized_linear_multi: heads need x [batch, seq, features] and outputs " +
-                                  std::string("divisible by the head count"));
-  }
+  std::vector<array> codes;
+  for (const auto& w : ws) codes.push_back(w.w);
+  check_heads("quantized_linear_multi", x, heads, codes);
   auto s = default_stream();
   auto mlx_op = [&] {
     std::vector<array> outs;
-    for (size_t i = 0; i < ws.size(); ++i) {
-      auto y = mx::quantized_matmul(x, ws[i].w, ws[i].scales, ws[i].biases, true, group_size, bits, "affine");
-      if (heads[i] > 0) {
-        y = mx::reshape(y, {x.shape(0), x.shape(1), heads[i], y.shape(-1) / heads[i]});
-        y = mx::transpose(y, {0, 2, 1, 3});
-      }
-      outs.push_back(y);
-    }
+    for (size_t i = 0; i < ws.size(); ++i)
+      outs.push_back(split_heads(
+          x, mx::quantized_matmul(x, ws[i].w, ws[i].scales, ws[i].biases, true, group_size, bits, "affine"), heads[i]));
     return outs;
   };
   std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, ws, group_size, bits) : kNotCpu;
   if (!use_kernel(path, "quantized_linear_multi", why)) return mlx_op();
-  auto px = absorb_norm(x);
-  ProductSpec spec{{group_size, bits}, heads, px.prologue, Epilogue::None, one_position_per_sequence(x)};
-  auto inputs = product_inputs(px, ws);
-  auto shapes = QuantizedProduct::shapes(inputs, spec);
-  std::vector<mx::Dtype> dtypes(ws.size(), mx::float32);
-  return array::make_arrays(std::move(shapes), dtypes, std::make_shared<QuantizedProduct>(s, std::move(spec)),
-                            inputs);
+  return product_node(s, x, {group_size, bits}, heads, triples(ws));
+}
+
+std::vector<mx::array> linear_multi(const mx::array& x, const std::vector<mx::array>& ws,
+                                   const std::vector<int>& heads, Path path) {
+  check_heads("linear_multi", x, heads, ws);
+  auto s = default_stream();
+  auto mlx_op = [&] {
+    std::vector<array> outs;
+    for (size_t i = 0; i < ws.size(); ++i) outs.push_back(split_heads(x, mx::matmul(x, mx::transpose(ws[i])), heads[i]));
+    return outs;
+  };
+  std::string why = s.device == mx::Device::cpu ? dense_unsupported(x, ws) : kNotCpu;
+  if (!use_kernel(path, "linear_multi", why)) return mlx_op();
+  return product_node(s, x, QuantSpec{}, heads, ws);
+}
+
+mx::array gated_linear(kern::Activation act, const mx::array& x, const mx::array& gate, const mx::array& up,
+                       Path path) {
+  auto s = default_stream();
+  auto mlx_op = [&] {
+    auto g = mx::matmul(x, mx::transpose(gate));
+    auto u = mx::matmul(x, mx::transpose(up));
+    return gated_activation(act, g, u, Path::Mlx);
+  };
+  std::string why = s.device == mx::Device::cpu ? dense_unsupported(x, {gate, up}) : kNotCpu;
+  if (why.empty() && gate.shape(0) != up.shape(0)) why = "gate and up projections have different widths";
+  if (!use_kernel(path, "gated_linear", why)) return mlx_op();
+  return gated_node(s, act, x, QuantSpec{}, gate.shape(0), {gate, up});
 }
 
 mx::array add(const mx::array& a, const mx::array& b, Path path) {
@@ -192,12 +268,7 @@ mx::array quantized_gated_linear(kern::Activation act, const mx::array& x, const
   std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, {gate, up}, group_size, bits) : kNotCpu;
   if (why.empty() && gate.w.shape(0) != up.w.shape(0)) why = "gate and up projections have different widths";
   if (!use_kernel(path, "quantized_gated_linear", why)) return mlx_op();
-  auto px = absorb_norm(x);
-  auto shape = x.shape();
-  shape.back() = gate.w.shape(0);
-  GatedSpec spec{{group_size, bits}, act, px.prologue, one_position_per_sequence(x)};
-  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGatedProduct>(s, spec),
-               product_inputs(px, {gate, up}));
+  return gated_node(s, act, x, {group_size, bits}, gate.w.shape(0), triples({gate, up}));
 }
 
 mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int group_size, int bits, float scale,

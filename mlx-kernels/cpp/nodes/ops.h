@@ -48,6 +48,16 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
 mx::array quantized_gated_linear(kern::Activation act, const mx::array& x, const QuantizedWeight& gate,
                                  const QuantizedWeight& up, int group_size, int bits, Path path);
 
+/// `x @ W_iᵀ` for float weights `W_i [N_i, K]` (f32, f16 or bf16, read as
+/// f32) in one node; `heads` as `quantized_linear_multi`'s. MLX's
+/// `matmul(x, transpose(W_i))` where the kernel does not cover the inputs.
+std::vector<mx::array> linear_multi(const mx::array& x, const std::vector<mx::array>& ws,
+                                   const std::vector<int>& heads, Path path);
+
+/// `act(x @ Gᵀ) * (x @ Uᵀ)` for float weights in one node.
+mx::array gated_linear(kern::Activation act, const mx::array& x, const mx::array& gate, const mx::array& up,
+                       Path path);
+
 /// Rows `ids` of affine-quantized W, dequantized and multiplied by `scale`:
 /// `[..ids, K]`.
 mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int group_size, int bits, float scale,

@@ -1,5 +1,6 @@
-// The quantized product nodes (products.h): each reads its inputs in the
-// forms launch.h gives and runs one of kern::table()'s product kernels.
+// The product nodes (products.h): each reads its inputs in the forms
+// launch.h gives and runs one of kern::table()'s product kernels (quantized
+// or float weights).
 #include "mlxcel-mlx/cpp/nodes/products.h"
 
 #include <cstring>
@@ -20,7 +21,7 @@ int run_products(std::vector<array>& in, const std::optional<RmsNormParams>& pro
   const int M = K == 0 ? 0 : static_cast<int>(x.size() / K);
   const int n = static_cast<int>(dst.size());
   std::vector<float> xb, xn, wnb;
-  std::vector<ScaleData> sb(n), bb(n);
+  std::vector<ScaleData> sb(n), bb(n), wd(n);
   std::vector<std::vector<uint32_t>> wb(n);
   std::vector<kern::QmmArgs> args(n);
   int64_t ldx = K;
@@ -35,12 +36,19 @@ int run_products(std::vector<array>& in, const std::optional<RmsNormParams>& pro
   }
   for (int i = 0; i < n; ++i) {
     auto& a = args[i];
-    const int wi = first + 3 * i;
+    const int wi = first + quant.inputs_per_weight() * i;
     a.x = xp;
     a.ldx = ldx;
-    a.w = row_major(in[wi], wb[i]);
-    a.scales = sb[i].read(in[wi + 1], a.scale_type);
-    a.biases = bb[i].read(in[wi + 2], a.scale_type);
+    if (quant.dense()) {
+      // f32, f16 or bf16, as ScaleData reads scales: WeightType is 1 + ScaleType.
+      int type = 0;
+      a.w = wd[i].read(in[wi], type);
+      a.weight_type = kern::kWeightF32 + type;
+    } else {
+      a.w = row_major(in[wi], wb[i]);
+      a.scales = sb[i].read(in[wi + 1], a.scale_type);
+      a.biases = bb[i].read(in[wi + 2], a.scale_type);
+    }
     a.N = in[wi].shape(0);
     a.out = dst[i];
     a.ldo = a.N;
@@ -97,8 +105,10 @@ void run_product(const ProductSpec& spec, std::vector<array>& in, std::vector<ar
 }  // namespace
 
 const char* QuantizedProduct::name() const {
-  if (spec_.epilogue == Epilogue::AddResidual) return "MlxcelQuantizedLinearAdd";
-  return spec_.single_plain() ? "MlxcelQuantizedLinear" : "MlxcelQuantizedLinearMulti";
+  const bool dense = spec_.quant.dense();
+  if (spec_.epilogue == Epilogue::AddResidual) return dense ? "MlxcelLinearAdd" : "MlxcelQuantizedLinearAdd";
+  if (spec_.single_plain()) return dense ? "MlxcelLinear" : "MlxcelQuantizedLinear";
+  return dense ? "MlxcelLinearMulti" : "MlxcelQuantizedLinearMulti";
 }
 
 std::vector<mx::Shape> QuantizedProduct::shapes(const std::vector<array>& in, const ProductSpec& spec) {

@@ -12,16 +12,22 @@
 namespace mlxcel::fast {
 
 /// An affine quantization layout (MLX's): codes of `bits` bits, one scale
-/// and bias per `group_size` inputs.
+/// and bias per `group_size` inputs. `bits == 0`: float weights (`W [N, K]`
+/// of f32, f16 or bf16, one input each; kernels/float_impl.h).
 struct QuantSpec {
   int group_size = 0;
   int bits = 0;
   bool operator==(const QuantSpec&) const = default;
+
+  bool dense() const { return bits == 0; }
+  /// Inputs per weight: (codes, scales, biases), or the float matrix.
+  int inputs_per_weight() const { return dense() ? 1 : 3; }
 };
 
 /// `x W_iᵀ` for 1 to 8 weights sharing x, in one node. Inputs: x, the
-/// prologue's norm weight if it has one, (codes, scales, biases) per weight,
-/// then the residual if the epilogue adds one.
+/// prologue's norm weight if it has one, (codes, scales, biases) per
+/// quantized weight or the matrix per float weight, then the residual if the
+/// epilogue adds one.
 struct ProductSpec {
   QuantSpec quant;
   /// Per output: 0 keeps `[.., N_i]`; h > 0 splits it into h heads,
@@ -37,13 +43,15 @@ struct ProductSpec {
   bool operator==(const ProductSpec&) const = default;
 
   /// Index of weight i's codes among the inputs.
-  int weight_input(int i) const { return 1 + (prologue && prologue->weight ? 1 : 0) + 3 * i; }
+  int weight_input(int i) const {
+    return 1 + (prologue && prologue->weight ? 1 : 0) + quant.inputs_per_weight() * i;
+  }
   /// One output in the plain layout (what a residual can be folded into).
   bool single_plain() const { return heads.size() == 1 && heads[0] == 0; }
 };
 
 /// `act(x Gᵀ) ⊙ (x Uᵀ)`: a gated MLP's gate and up projections and their
-/// activation. Inputs as ProductSpec's for the two weights.
+/// activation (quantized or float). Inputs as ProductSpec's for the two weights.
 struct GatedSpec {
   QuantSpec quant;
   kern::Activation act = kern::Activation::Silu;
@@ -72,7 +80,9 @@ class QuantizedProduct : public MultiNode {
 class QuantizedGatedProduct : public UnaryNode {
  public:
   QuantizedGatedProduct(mx::Stream s, GatedSpec spec) : UnaryNode(s), spec_(spec) {}
-  const char* name() const override { return "MlxcelQuantizedGatedLinear"; }
+  const char* name() const override {
+    return spec_.quant.dense() ? "MlxcelGatedLinear" : "MlxcelQuantizedGatedLinear";
+  }
   bool is_equivalent(const mx::Primitive& o) const override {
     return spec_ == static_cast<const QuantizedGatedProduct&>(o).spec_;
   }

@@ -209,6 +209,109 @@ void check_row_invariance(const Table& t) {
   }
 }
 
+// A random float matrix W [N, K] stored as `type` (a WeightType) and its
+// values as f32 (16-bit values widen exactly).
+struct FMatrix {
+  int N, K, type;
+  std::vector<float> f32;
+  std::vector<uint16_t> h;
+  const void* data() const { return type == kWeightF32 ? static_cast<const void*>(f32.data()) : h.data(); }
+};
+
+FMatrix fmatrix(int N, int K, int type) {
+  FMatrix f{N, K, type, normal(static_cast<size_t>(N) * K, 0.1f), {}};
+  if (type != kWeightF32) {
+    for (auto& v : f.f32) {
+      f.h.push_back(type == kWeightF16 ? to_half(v) : to_bf16(v));
+      v = type == kWeightF16 ? half_to_float(f.h.back()) : bf16_to_float(f.h.back());
+    }
+  }
+  return f;
+}
+
+QmmArgs fmm_args(const FMatrix& f, const std::vector<float>& x, int M, std::vector<float>& out) {
+  out.assign(static_cast<size_t>(M) * f.N, 0.0f);
+  QmmArgs a{};
+  a.x = x.data();
+  a.ldx = f.K;
+  a.w = f.data();
+  a.out = out.data();
+  a.ldo = f.N;
+  a.M = M;
+  a.N = f.N;
+  a.K = f.K;
+  a.weight_type = f.type;
+  return a;
+}
+
+// Float weights (f32, f16, bf16): matvec and GEMM row counts, K and N not
+// multiples of any vector width, against the f64 dot product within the
+// bound of check_product (a sum of K products in another order); two
+// matrices of different types in one call; and with `row_invariant` every
+// row of a batch bit for bit against the row alone.
+void check_float_products(const Table& t) {
+  const int shapes[][2] = {{37, 67}, {19, 300}, {64, 128}, {5, 3}};
+  for (int type : {kWeightF32, kWeightF16, kWeightBF16}) {
+    for (const auto& nk : shapes) {
+      const FMatrix f = fmatrix(nk[0], nk[1], type);
+      for (int M : {1, 3, 8, 9, 33}) {
+        std::vector<float> x = normal(static_cast<size_t>(M) * f.K), out;
+        QmmArgs a = fmm_args(f, x, M, out);
+        t.qmm(a);
+        for (int m = 0; m < M; ++m) {
+          for (int n = 0; n < f.N; ++n) {
+            double ref = 0.0, mag = 0.0;
+            for (int k = 0; k < f.K; ++k) {
+              const double p = static_cast<double>(f.f32[static_cast<size_t>(n) * f.K + k]) * x[static_cast<size_t>(m) * f.K + k];
+              ref += p;
+              mag += std::fabs(p);
+            }
+            const double got = out[static_cast<size_t>(m) * f.N + n];
+            ++g_checks;
+            if (!(std::fabs(got - ref) <= 8.0 * std::sqrt(f.K) * 1.1920929e-7 * mag + 1e-30)) {
+              char buf[256];
+              std::snprintf(buf, sizeof buf, "%s float product type=%d N=%d K=%d M=%d m=%d n=%d: %.9g vs %.9g", t.name,
+                            type, f.N, f.K, M, m, n, got, ref);
+              fail(buf);
+              m = M;
+              break;
+            }
+          }
+        }
+      }
+      for (int M : {2, 9, 17}) {
+        std::vector<float> x = normal(static_cast<size_t>(M) * f.K), out;
+        QmmArgs a = fmm_args(f, x, M, out);
+        a.row_invariant = true;
+        t.qmm(a);
+        for (int m = 0; m < M; ++m) {
+          std::vector<float> xm(x.begin() + static_cast<int64_t>(m) * f.K, x.begin() + static_cast<int64_t>(m + 1) * f.K),
+              one;
+          QmmArgs b = fmm_args(f, xm, 1, one);
+          t.qmm(b);
+          const std::vector<float> row(out.begin() + static_cast<int64_t>(m) * f.N,
+                                       out.begin() + static_cast<int64_t>(m + 1) * f.N);
+          check_exact(t.name, "row-invariant float product type=" + std::to_string(type) + " M=" + std::to_string(M) +
+                                  " row " + std::to_string(m),
+                      row, one);
+        }
+      }
+    }
+  }
+  // Two matrices of different types against one x, in one call: each as alone.
+  for (int M : {1, 11}) {
+    const FMatrix fs[2] = {fmatrix(40, 96, kWeightBF16), fmatrix(24, 96, kWeightF32)};
+    std::vector<float> x = normal(static_cast<size_t>(M) * 96), outs[2], alone[2];
+    QmmArgs args[2] = {fmm_args(fs[0], x, M, outs[0]), fmm_args(fs[1], x, M, outs[1])};
+    t.qmm_multi(args, 2);
+    for (int i = 0; i < 2; ++i) {
+      QmmArgs b = fmm_args(fs[i], x, M, alone[i]);
+      t.qmm(b);
+      check_exact(t.name, "float qmm_multi M=" + std::to_string(M) + " output " + std::to_string(i), outs[i], alone[i]);
+    }
+  }
+}
+
 void check_close(const char* isa, const std::string& what, const std::vector<float>& got,
                  const std::vector<double>& ref, double rel, double abs_tol) {
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -406,6 +509,7 @@ int main(int argc, char** argv) {
     set_pool_threads(threads);
     check_qmm(t, isa == Isa::Avx512Vnni);
     check_row_invariance(t);
+    check_float_products(t);
     check_rms_norm(t);
     check_rope(t);
     check_gather(t);

@@ -14,6 +14,7 @@
 //! | operation | inputs |
 //! |---|---|
 //! | [`quantized_linear`] | f32 `x [.., K]`; affine 2-, 3-, 4-, 5-, 6- or 8-bit weights, group 32/64/128, f32, f16 or bf16 scales and biases |
+//! | [`linear`], [`linear_heads`], [`gated_linear`] with float weights | f32 `x [.., K]`; 2-D f32, f16 or bf16 `W [N, K]` (read as f32, exactly), on the CPU; as the quantized forms (up to 8 weights in one node, heads, gate and up in one node) |
 //! | [`quantized_linear_many`], [`quantized_linear_heads`] | the same, up to 8 weights sharing x in one node (q/k/v) |
 //! | [`quantized_gated_linear`] | the same, `act(x Gᵀ) * (x Uᵀ)` in one node (a gated MLP's gate and up) |
 //! | [`quantized_embedding`] | integer ids; the same weights |
@@ -46,6 +47,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use cxx::UniquePtr;
 
 use crate::array::{Array, from_list, to_list, wrap};
+use crate::device::{Device, default_device};
+use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::ffi::bridge;
 use crate::layers::{Linear, Weight};
@@ -136,20 +139,41 @@ fn opt(a: Option<&Array>) -> UniquePtr<bridge::Array> {
 
 impl Fast {
     /// `x Wᵀ (+ b)` over the last axis of `x`: one of mlxcel's product
-    /// kernels for a quantized matrix (a residual [`Fast::add`]ed to the
-    /// result later joins it), MLX's matmul for a float one.
+    /// kernels for a quantized matrix or, on the CPU, a 2-D f32, f16 or bf16
+    /// one (a residual [`Fast::add`]ed to the result later joins it; a bias
+    /// is MLX's add after it), MLX's matmul otherwise (and always on
+    /// [`Path::Mlx`]).
     pub fn linear(&self, x: &Array, linear: &Linear) -> Result<Array> {
-        match (&linear.weight, &linear.bias) {
-            (Weight::Dense(w), None) => x.matmul(&w.transpose(&[])?),
-            (Weight::Dense(w), Some(b)) => Array::addmm(b, x, &w.transpose(&[])?, 1.0, 1.0),
-            (Weight::Quantized(q), bias) => {
-                let y = self.quantized_linear(x, q)?;
-                match bias {
-                    Some(b) => y.add(b),
-                    None => Ok(y),
-                }
-            }
+        let y = match (&linear.weight, &linear.bias) {
+            (Weight::Dense(w), _) if self.dense_kernel(w) => self.dense_linear_heads(x, &[(w, 0)])?.remove(0),
+            (Weight::Dense(w), None) => return x.matmul(&w.transpose(&[])?),
+            (Weight::Dense(w), Some(b)) => return Array::addmm(b, x, &w.transpose(&[])?, 1.0, 1.0),
+            (Weight::Quantized(q), _) => self.quantized_linear(x, q)?,
+        };
+        match &linear.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
         }
+    }
+
+    /// Whether a float matrix goes to mlxcel's float product kernels: not on
+    /// [`Path::Mlx`], 2-D f32, f16 or bf16, and on [`Path::Auto`] only when
+    /// the default device is the CPU (elsewhere MLX's matmul, as before).
+    fn dense_kernel(&self, w: &Array) -> bool {
+        let covered = w.ndim() == 2 && matches!(w.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16);
+        match self.path {
+            Path::Mlx => false,
+            Path::Kernel => covered,
+            Path::Auto => covered && default_device() == Device::Cpu,
+        }
+    }
+
+    /// `x @ W_iᵀ` for float matrices in one node, outputs split into heads
+    /// as [`Fast::quantized_linear_heads`]'s.
+    fn dense_linear_heads(&self, x: &Array, ws: &[(&Array, i32)]) -> Result<Vec<Array>> {
+        let list: Vec<&Array> = ws.iter().map(|&(w, _)| w).collect();
+        let heads: Vec<i32> = ws.iter().map(|&(_, h)| h).collect();
+        from_list("linear", bridge::fast_linear_multi(&x.inner, &to_list(&list), &heads, self.path.ffi()))
     }
 
     /// Several projections of the same `x [batch, seq, in]`, each split into
@@ -164,6 +188,13 @@ impl Fast {
             projections.iter().map(|&(l, heads)| l.bare_quantized().map(|q| (q, heads))).collect();
         if let Some(ws) = bare {
             return self.quantized_linear_heads(x, &ws);
+        }
+        let dense: Option<Vec<(&Array, i32)>> = projections
+            .iter()
+            .map(|&(l, heads)| l.bare_dense().filter(|w| self.dense_kernel(w)).map(|w| (w, heads)))
+            .collect();
+        if let Some(ws) = dense.filter(|ws| ws.len() <= 8) {
+            return self.dense_linear_heads(x, &ws);
         }
         let s = x.shape();
         if s.len() != 3 {
@@ -180,10 +211,20 @@ impl Fast {
 
     /// `act(x Gᵀ) * (x Uᵀ)`: a gated feed-forward's gate and up projections
     /// with its activation; one node when both are quantized without biases
-    /// and share a bit width and group size.
+    /// and share a bit width and group size, or both float without biases
+    /// and taken by the float kernels.
     pub fn gated_linear(&self, x: &Array, gate: &Linear, up: &Linear, act: GateActivation) -> Result<Array> {
         if let (Some(g), Some(u)) = (gate.bare_quantized(), up.bare_quantized()) {
             return self.quantized_gated_linear(x, g, u, act);
+        }
+        if let (Some(g), Some(u)) = (gate.bare_dense(), up.bare_dense())
+            && self.dense_kernel(g)
+            && self.dense_kernel(u)
+        {
+            return wrap(
+                "gated_linear",
+                bridge::fast_gated_linear(act.ffi(), &x.inner, &to_list(&[g, u]), self.path.ffi()),
+            );
         }
         self.gated_activation(act, &self.linear(x, gate)?, &self.linear(x, up)?)
     }
