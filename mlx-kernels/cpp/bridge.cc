@@ -520,6 +520,10 @@ ArrayPtr fast_gated_linear(kern::Activation act, const Array& x, const ArrayList
   return wrap(fast::gated_linear(act, x.inner, weights.items[0], weights.items[1], path));
 }
 
+ArrayPtr fast_gather_rows(const Array& ids, const Array& table, float scale, fast::Path path) {
+  return wrap(fast::gather_rows(ids.inner, table.inner, scale, path));
+}
+
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, fast::Path path) {
   return wrap(fast::rms_norm(x.inner, opt(weight), eps, path));
 }

@@ -129,6 +129,7 @@ std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const Arr
 ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, fast::Path path);
 std::unique_ptr<ArrayList> fast_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, fast::Path path);
 ArrayPtr fast_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, fast::Path path);
+ArrayPtr fast_gather_rows(const Array& ids, const Array& table, float scale, fast::Path path);
 ArrayPtr fast_rms_norm(const Array& x, std::unique_ptr<Array> weight, float eps, fast::Path path);
 ArrayPtr fast_add(const Array& a, const Array& b, fast::Path path);
 ArrayPtr fast_rope(const Array& x, const RopeParams& rope, std::unique_ptr<Array> freqs, int32_t offset, fast::Path path);

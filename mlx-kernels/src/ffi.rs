@@ -395,6 +395,7 @@ pub(crate) mod bridge {
         fn fast_linear_multi(x: &Array, weights: &ArrayList, heads: &[i32], path: Path)
         -> Result<UniquePtr<ArrayList>>;
         fn fast_gated_linear(act: Activation, x: &Array, weights: &ArrayList, path: Path) -> Result<UniquePtr<Array>>;
+        fn fast_gather_rows(ids: &Array, table: &Array, scale: f32, path: Path) -> Result<UniquePtr<Array>>;
         fn fast_rms_norm(x: &Array, weight: UniquePtr<Array>, eps: f32, path: Path) -> Result<UniquePtr<Array>>;
         fn fast_add(a: &Array, b: &Array, path: Path) -> Result<UniquePtr<Array>>;
         fn fast_rope(

@@ -263,3 +263,28 @@ fn float_linear_uncovered_inputs() {
     let err = kernel().linear(&x, &dense(&w)).unwrap_err().to_string();
     assert!(err.contains("features"), "{err}");
 }
+
+/// Rows of a float embedding table (f32, f16, bf16) through the gather node:
+/// each row widened to f32 (exact) then multiplied by the scale in f32, so
+/// bit for bit the f32 table's `take` times the scale (MLX's op on the
+/// f32 conversion); one node.
+#[test]
+fn float_embedding_rows_are_exact() {
+    init();
+    let (mut rng, _) = rng("float_embedding_rows_are_exact");
+    for dtype in DTYPES {
+        let table = matrix(&mut rng, 50, 37, dtype);
+        let ids = Array::from_slice(&[3u32, 0, 49, 3, 17, 8], &[2, 3]).unwrap();
+        let table32 = table.astype(Dtype::F32).unwrap();
+        for scale in [1.0f32, 2.5] {
+            let want = mlx().embedding(&ids, &Weight::Dense(table32.clone()), scale).unwrap();
+            each_config(|cfg| {
+                let rows = kernel().embedding(&ids, &Weight::Dense(table.clone()), scale).unwrap();
+                assert_eq!(fast::pending_ops(&[&rows]), ["MlxcelGather"], "{cfg}: one node");
+                assert_eq!(rows.shape(), [2, 3, 37]);
+                assert_eq!(rows.dtype(), Dtype::F32);
+                assert_eq!(vals(&rows), vals(&want), "{cfg} {dtype:?} scale={scale}");
+            });
+        }
+    }
+}

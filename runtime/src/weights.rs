@@ -168,15 +168,36 @@ impl Weights {
     }
 
     /// The matrix `<prefix>.weight` of logical shape `[..lead, rows, cols]`,
-    /// float or quantized as the bundle stores it.
+    /// float or quantized as the bundle stores it. A 2-D f16 or bf16 matrix
+    /// stays as stored (borrowed from the bundle, half the bytes of f32) when
+    /// mlxcel's float kernels will read it: f32 compute on the CPU with the
+    /// kernels on. They widen it to f32 exactly as they read it, so the
+    /// products are those of the f32 conversion (docs/kernels.md "Float
+    /// weights"); otherwise it is converted to the compute dtype at load.
     fn matrix(&self, prefix: &str, lead: &[i32], rows: i32, cols: i32) -> Result<Weight> {
         match self.quantized.get(prefix) {
             Some(&spec) => Ok(Weight::Quantized(self.quantized_weight(prefix, spec, lead, rows, cols)?)),
             None => {
+                let name = format!("{prefix}.weight");
                 let shape: Vec<i32> = lead.iter().copied().chain([rows, cols]).collect();
-                Ok(Weight::Dense(self.float(&format!("{prefix}.weight"), &shape)?))
+                if lead.is_empty() && self.kernels_read_16_bit() {
+                    let a = self.raw(&name)?;
+                    if matches!(a.dtype(), Dtype::F16 | Dtype::BF16) && a.shape() == shape {
+                        return Ok(Weight::Dense(a));
+                    }
+                }
+                Ok(Weight::Dense(self.float(&name, &shape)?))
             }
         }
+    }
+
+    /// Whether 2-D 16-bit float matrices go to mlxcel's float kernels as
+    /// stored: f32 compute, the CPU, and the kernels not turned off
+    /// (`MLXCEL_KERNELS=mlx` keeps the reference path's f32 weights).
+    fn kernels_read_16_bit(&self) -> bool {
+        self.compute_dtype == Dtype::F32
+            && mlxcel_mlx::device::default_device() == mlxcel_mlx::Device::Cpu
+            && mlxcel_mlx::fast::default_path() != mlxcel_mlx::fast::Path::Mlx
     }
 
     /// A view of every tensor (names taken from it are full names: `lm_head`).

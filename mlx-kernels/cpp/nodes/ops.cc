@@ -296,6 +296,28 @@ mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int g
                {ids, w.w, w.scales, *w.biases});
 }
 
+mx::array gather_rows(const mx::array& ids, const mx::array& table, float scale, Path path) {
+  auto s = default_stream();
+  auto mlx_op = [&] {
+    auto rows = mx::astype(mx::take(table, ids, 0), mx::float32);
+    return scale == 1.0f ? rows : mx::multiply(rows, array(scale, mx::float32));
+  };
+  std::string why;
+  if (s.device != mx::Device::cpu) {
+    why = kNotCpu;
+  } else if (!mx::issubdtype(ids.dtype(), mx::integer)) {
+    why = "ids must be integers, not " + dtype_str(ids.dtype());
+  } else if (table.ndim() != 2) {
+    why = "the table must be 2-D, not " + shape_str(table.shape());
+  } else if (table.dtype() != mx::float32 && table.dtype() != mx::float16 && table.dtype() != mx::bfloat16) {
+    why = "the table must be float32, float16 or bfloat16, not " + dtype_str(table.dtype());
+  }
+  if (!use_kernel(path, "gather_rows", why)) return mlx_op();
+  auto shape = ids.shape();
+  shape.push_back(table.shape(1));
+  return array(std::move(shape), mx::float32, std::make_shared<QuantizedGather>(s, QuantSpec{}, scale), {ids, table});
+}
+
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path) {
   auto s = default_stream();
   auto mlx_op = [&] { return mx::fast::rms_norm(x, weight, eps); };

@@ -63,6 +63,10 @@ mx::array gated_linear(kern::Activation act, const mx::array& x, const mx::array
 mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int group_size, int bits, float scale,
                            Path path);
 
+/// Rows `ids` of a float table `[N, K]` (f32, f16 or bf16) as f32, multiplied
+/// by `scale` (an f32 multiply after the exact widening): `[..ids, K]`.
+mx::array gather_rows(const mx::array& ids, const mx::array& table, float scale, Path path);
+
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path);
 
 /// `a + b`; a residual added to a pending product or norm of ours is folded

@@ -102,6 +102,23 @@ void run_product(const ProductSpec& spec, std::vector<array>& in, std::vector<ar
   }
 }
 
+// Quantized rows `idx` of the table in[1..3] into `out`.
+void gather_quantized(std::vector<array>& in, const std::vector<int64_t>& idx, QuantSpec quant, float* out) {
+  const int N = in[1].shape(0);
+  std::vector<uint32_t> wb;
+  ScaleData sb, bb;
+  kern::GatherArgs a{};
+  a.w = row_major(in[1], wb);
+  a.scales = sb.read(in[2], a.scale_type);
+  a.biases = bb.read(in[3], a.scale_type);
+  a.ids = idx.data();
+  a.out = out;
+  a.n_ids = static_cast<int>(idx.size());
+  a.K = in[1].shape(1) * 32 / quant.bits;
+  a.group_size = quant.group_size;
+  a.bits = quant.bits;
+  if (N > 0) kern::table().gather(a);
+}
 }  // namespace
 
 const char* QuantizedProduct::name() const {
@@ -154,7 +171,7 @@ void QuantizedGatedProduct::eval_cpu(const std::vector<array>& inputs, array& ou
 
 std::vector<mx::Shape> QuantizedGather::output_shapes(const std::vector<array>& in) {
   auto shape = in[0].shape();
-  shape.push_back(in[1].shape(1) * 32 / quant_.bits);
+  shape.push_back(quant_.dense() ? in[1].shape(1) : in[1].shape(1) * 32 / quant_.bits);
   return {shape};
 }
 
@@ -185,19 +202,18 @@ void QuantizedGather::eval_cpu(const std::vector<array>& inputs, array& out) {
       if (i < 0) i += N;
       if (i < 0 || i >= N) i = i < 0 ? 0 : N - 1;
     }
-    std::vector<uint32_t> wb;
-    ScaleData sb, bb;
-    kern::GatherArgs a{};
-    a.w = row_major(in[1], wb);
-    a.scales = sb.read(in[2], a.scale_type);
-    a.biases = bb.read(in[3], a.scale_type);
-    a.ids = idx.data();
-    a.out = out.data<float>();
-    a.n_ids = static_cast<int>(idx.size());
-    a.K = in[1].shape(1) * 32 / quant.bits;
-    a.group_size = quant.group_size;
-    a.bits = quant.bits;
-    if (N > 0) kern::table().gather(a);
+    if (quant.dense() && N > 0) {
+      // Float rows: widened to f32 (exact), then the scale below.
+      ScaleData tb;
+      int type = 0;
+      const void* t = tb.read(in[1], type);
+      const int64_t K = in[1].shape(1);
+      float* o = out.data<float>();
+      for (size_t i = 0; i < idx.size(); ++i)
+        for (int64_t k = 0; k < K; ++k) o[i * K + k] = kern::scale_at(t, idx[i] * K + k, type);
+    } else if (!quant.dense()) {
+      gather_quantized(in, idx, quant, out.data<float>());
+    }
     // After dequantization, as `embedding(ids) * scale` rounds (Gemma).
     if (scale != 1.0f) {
       float* o = out.data<float>();
@@ -205,6 +221,7 @@ void QuantizedGather::eval_cpu(const std::vector<array>& inputs, array& out) {
     }
   });
 }
+
 
 const char* GatedActivation::name() const {
   return act_ == kern::Activation::Silu ? "MlxcelSiluMul" : "MlxcelGeluTanhMul";

@@ -95,11 +95,13 @@ class QuantizedGatedProduct : public UnaryNode {
 
 /// Rows `ids` of a quantized table, dequantized and multiplied by `scale`
 /// (rounded as a multiply after dequantization: Gemma's `sqrt(hidden)`).
-/// Inputs: ids (any integer dtype and shape), codes, scales, biases.
+/// Inputs: ids (any integer dtype and shape), codes, scales, biases; or, for
+/// a float table (`quant.dense()`), ids and the table (f32, f16 or bf16, its
+/// rows read as f32, exactly, then multiplied).
 class QuantizedGather : public UnaryNode {
  public:
   QuantizedGather(mx::Stream s, QuantSpec quant, float scale) : UnaryNode(s), quant_(quant), scale_(scale) {}
-  const char* name() const override { return "MlxcelQuantizedGather"; }
+  const char* name() const override { return quant_.dense() ? "MlxcelGather" : "MlxcelQuantizedGather"; }
   bool is_equivalent(const mx::Primitive& o) const override {
     auto& g = static_cast<const QuantizedGather&>(o);
     return quant_ == g.quant_ && scale_ == g.scale_;

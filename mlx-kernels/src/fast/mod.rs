@@ -232,9 +232,13 @@ impl Fast {
     /// Rows `ids` (any shape of integer ids) of an embedding table, times
     /// `scale` (Gemma's `sqrt(hidden)`; 1 for none): `[..ids, dim]`. A
     /// quantized table is gathered and dequantized by one kernel that also
-    /// scales.
+    /// scales; so is a float one where the float kernels take it (its rows
+    /// as f32, exactly, then multiplied in f32), MLX's `take` otherwise.
     pub fn embedding(&self, ids: &Array, table: &Weight, scale: f32) -> Result<Array> {
         match table {
+            Weight::Dense(t) if self.dense_kernel(t) => {
+                wrap("embedding", bridge::fast_gather_rows(&ids.inner, &t.inner, scale, self.path.ffi()))
+            }
             Weight::Dense(t) => {
                 let rows = t.take(ids, 0)?;
                 if scale == 1.0 { Ok(rows) } else { rows.multiply_scalar(scale) }
