@@ -231,20 +231,10 @@ fn float_products_are_batch_invariant() {
     }
 }
 
-/// The names of `pending_ops`, in order (its order is the graph walk's).
+/// The names of `pending_ops`, sorted (its own order is the graph walk's).
 fn sorted(mut ops: Vec<String>) -> Vec<String> {
     ops.sort();
     ops
-}
-
-fn batch_row(x: &Array, r: i32) -> Array {
-    let mut stop = x.shape();
-    let mut start = vec![0; stop.len()];
-    start[0] = r;
-    stop[0] = r + 1;
-    let row = x.slice(&start, &stop, &vec![1; stop.len()]).unwrap().contiguous().unwrap();
-    row.eval().unwrap();
-    row
 }
 
 /// Inputs the float kernels do not cover: an error naming why on

@@ -280,17 +280,6 @@ fn fused_projections_into_heads() {
     });
 }
 
-/// Row r of a batch (the first axis), as a batch of one.
-fn batch_row(x: &Array, r: i32) -> Array {
-    let mut stop = x.shape();
-    let mut start = vec![0; stop.len()];
-    start[0] = r;
-    stop[0] = r + 1;
-    let row = x.slice(&start, &stop, &vec![1; stop.len()]).unwrap().contiguous().unwrap();
-    row.eval().unwrap();
-    row
-}
-
 /// Batch invariance of the products: for x `[B, 1, K]` (one position per
 /// sequence, a decode step), every row of a plain, a residual-adding, a
 /// head-split, a gated product (with an absorbed RMS norm) and an embedding

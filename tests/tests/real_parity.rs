@@ -149,3 +149,21 @@ fn smollm2_matches_mlx_lm() {
 fn gemma3_matches_mlx_lm() {
     check("gemma-3-270m-q4_k_m.gguf");
 }
+
+/// A bf16 bundle of SmolLM2 (`mlxcel-compile --quantize bf16`, what a float
+/// model keeps) decodes with nothing but mlxcel's kernels as well: its
+/// matrices stay bf16 for the float products and its embedding table goes
+/// through the gather node.
+#[test]
+fn smollm2_bf16_decode_step_is_all_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("model.mlxb");
+    let gguf = real_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let out = Command::new(mlxcel_compile_bin())
+        .args([gguf.to_str().unwrap(), "--quantize", "bf16", "-o", bundle.to_str().unwrap(), "--quiet"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "compile failed: {}", String::from_utf8_lossy(&out.stderr));
+    mlxcel_mlx::device::set_default_device(mlxcel_mlx::Device::Cpu).unwrap();
+    assert_decode_step_is_all_kernels(&bundle);
+}

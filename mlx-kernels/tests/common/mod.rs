@@ -159,3 +159,14 @@ pub fn ref_transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     }
     out
 }
+
+/// Row `r` of x along its first axis (one sequence of a batch), contiguous and evaluated.
+pub fn batch_row(x: &Array, r: i32) -> Array {
+    let mut stop = x.shape();
+    let mut start = vec![0; stop.len()];
+    start[0] = r;
+    stop[0] = r + 1;
+    let row = x.slice(&start, &stop, &vec![1; stop.len()]).unwrap().contiguous().unwrap();
+    row.eval().unwrap();
+    row
+}
