@@ -5,7 +5,11 @@
 //! ```text
 //! cargo run --release -p mlxcel-mlx --example kernel_bench -- [--threads 1,2] [--quick] [--no-mlx]
 //! cargo run --release -p mlxcel-mlx --example kernel_bench -- --bandwidth --threads 2
+//! cargo run --release -p mlxcel-mlx --example kernel_bench -- --float [--no-mlx]
 //! ```
+//!
+//! `--float` prints only the products of float weights (bf16 and f32, the
+//! SmolLM2-135M shapes, one graph node each against MLX's matmul).
 //!
 //! `--bandwidth` prints only the DRAM read bandwidth (GB/s, best of 8 sums
 //! over 256 MiB) of the first thread count and exits (bench/cpu.sh's roofline).
@@ -23,7 +27,7 @@
 use std::time::Instant;
 
 use mlxcel_mlx::fast::{self, GateActivation, Path};
-use mlxcel_mlx::{Array, AttentionMask, Dtype, QuantMode, Quantized, random};
+use mlxcel_mlx::{Array, AttentionMask, Dtype, Linear, QuantMode, Quantized, Weight, random};
 
 struct Shape {
     model: &'static str,
@@ -74,6 +78,9 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
     }
     let key = random::Key::new(7)?;
     println!("mlxcel kernels: ISA {}, default threads {}", fast::isa(), fast::default_threads());
+    if args.iter().any(|a| a == "--float") {
+        return float_products(&key, no_mlx);
+    }
     for &t in &threads {
         fast::set_threads(t);
         println!("\n## {t} thread(s)\n");
@@ -181,6 +188,43 @@ fn main() -> Result<(), mlxcel_mlx::Error> {
     Ok(())
 }
 
+/// A table row: one graph node built by `f` on our path and on MLX's, best of 20 and 5.
+fn node_row(no_mlx: bool, name: &str, shape: &str, f: &dyn Fn(fast::Fast) -> Array) {
+    let ours = time_best(20, || f(fast::on(Path::Kernel)).eval().unwrap());
+    let mlx = if no_mlx { f64::NAN } else { time_best(5, || f(fast::on(Path::Mlx)).eval().unwrap()) };
+    let m = if mlx.is_nan() { "–".to_string() } else { format!("{:.0}", mlx * 1e6) };
+    let r = if mlx.is_nan() { "–".to_string() } else { format!("{:.0}×", mlx / ours) };
+    println!("| {name} | {shape} | {:.1} | {m} | {r} |", ours * 1e6);
+}
+
+/// `x Wᵀ` for float W (bf16 as a bf16 bundle keeps it, f32) at SmolLM2-135M's
+/// shapes, one graph node against MLX's matmul (the weights promoted to f32),
+/// for a decode step (M = 1) and a 512-token prefill (without lm_head there:
+/// MLX's f32 GEMM takes ~30 s for it).
+fn float_products(key: &random::Key, no_mlx: bool) -> Result<(), mlxcel_mlx::Error> {
+    fast::set_threads(0);
+    println!("\n## Float weights, {} thread(s), one graph node each (best of 20)\n", fast::threads());
+    println!("| operation | shape | mlxcel µs | MLX µs | vs MLX |");
+    println!("|---|---|---|---|---|");
+    for s in SHAPES.iter().filter(|s| s.model == "SmolLM2-135M") {
+        for dtype in [Dtype::BF16, Dtype::F32] {
+            let w = random::normal(&[s.n, s.k], Dtype::F32, 0.0, 0.1, key)?.astype(dtype)?;
+            w.eval()?;
+            let linear = Linear { weight: Weight::Dense(w), bias: None };
+            for m in [1, 512] {
+                if m == 512 && s.n > 40000 {
+                    continue;
+                }
+                let x = random::normal(&[1, m, s.k], Dtype::F32, 0.0, 1.0, key)?;
+                x.eval()?;
+                let name = format!("linear {} {dtype:?}", s.name);
+                node_row(no_mlx, &name, &format!("{}×{}, M = {m}", s.n, s.k), &|f| f.linear(&x, &linear).unwrap());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One graph node of each of the other kernels against MLX's op, at
 /// SmolLM2-135M shapes (9 heads, 3 KV heads, head dim 64, hidden 576, MLP 1536).
 fn other_kernels(key: &random::Key, no_mlx: bool) -> Result<(), mlxcel_mlx::Error> {
@@ -193,13 +237,7 @@ fn other_kernels(key: &random::Key, no_mlx: bool) -> Result<(), mlxcel_mlx::Erro
         a.eval()?;
         Ok(a)
     };
-    let row = |name: &str, shape: &str, f: &dyn Fn(fast::Fast) -> Array| {
-        let ours = time_best(20, || f(fast::on(Path::Kernel)).eval().unwrap());
-        let mlx = if no_mlx { f64::NAN } else { time_best(5, || f(fast::on(Path::Mlx)).eval().unwrap()) };
-        let m = if mlx.is_nan() { "–".to_string() } else { format!("{:.0}", mlx * 1e6) };
-        let r = if mlx.is_nan() { "–".to_string() } else { format!("{:.0}×", mlx / ours) };
-        println!("| {name} | {shape} | {:.1} | {m} | {r} |", ours * 1e6);
-    };
+    let row = |name: &str, shape: &str, f: &dyn Fn(fast::Fast) -> Array| node_row(no_mlx, name, shape, f);
     let w = rand(&[576])?;
     for l in [1, 512] {
         let x = rand(&[1, l, 576])?;
