@@ -188,7 +188,7 @@ impl Scheduler {
     /// sequence (a prefix cache entry's when one shares a whole chunk with
     /// its prompt, else a new one). Its prompt is prefilled a chunk per
     /// iteration ([`Scheduler::prefill_one_chunk`]).
-    fn admit(&mut self, job: Job) -> Admission {
+    fn admit(&mut self, mut job: Job) -> Admission {
         if job.cancel.load(Ordering::SeqCst) {
             let _ = job.events.send(Event::Done { finish_reason: FinishReason::Cancelled, stats: Default::default() });
             return Admission::Done(None);
@@ -204,6 +204,9 @@ impl Scheduler {
                 return Admission::Done(None);
             }
         };
+        if let Some(constraint) = job.constraint.take() {
+            state.constrain(constraint);
+        }
         if state.is_exhausted() {
             state.prefill_finished();
             let _ = job.events.send(Event::Done { finish_reason: FinishReason::Length, stats: state.stats() });
@@ -266,7 +269,7 @@ impl Scheduler {
         }
         state.set_cached_tokens(cached);
         let reserved = need.max(self.backend.cache_bytes(seq).unwrap_or(0) as u64);
-        let Job { request, events, cancel } = job;
+        let Job { request, events, cancel, .. } = job;
         let text = TextStream::new(&request.options.stop_strings);
         let prompt = request.prompt;
         let next_input = prompt[prompt.len() - 1];
@@ -359,7 +362,7 @@ impl Scheduler {
         let logprob = step.sampled.logprob;
         let top_logprobs = step.top_logprobs;
         // An end token has no text of its own.
-        let (text, finish) = if step.finish == Some(FinishReason::Stop) {
+        let (text, finish) = if step.end_token {
             (String::new(), step.finish)
         } else {
             let delta = r.text.push(&self.model.tokenizer, token)?;
