@@ -360,7 +360,7 @@ impl Drop for Generating {
 struct Job {
     request: Request,
     /// `request.options.grammar`, compiled at [`Engine::submit`].
-    constraint: Option<Constraint>,
+    constraint: Option<Box<Constraint>>,
     events: Sender<Event>,
     cancel: Arc<AtomicBool>,
 }
@@ -523,7 +523,7 @@ impl Engine {
             return Err(Error::QueueFull { waiting });
         }
         let constraint = match &request.options.grammar {
-            Some(grammar) => Some(self.constraint_compiler()?.compile(grammar)?),
+            Some(grammar) => Some(Box::new(self.constraint_compiler()?.compile(grammar)?)),
             None => None,
         };
         let (events, receiver) = mpsc::channel();

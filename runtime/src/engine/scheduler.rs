@@ -53,7 +53,7 @@ pub(super) struct Scheduler {
     /// Bytes of KV the running sequences and the prefix cache may hold together.
     kv_budget: Option<u64>,
     shared: Arc<Shared>,
-    waiting: VecDeque<Job>,
+    waiting: VecDeque<Box<Job>>,
     /// Admitted sequences still prefilling, oldest first.
     prefilling: VecDeque<Running>,
     /// Sequences decoding.
@@ -68,7 +68,7 @@ enum Admission {
     /// Admitted (or ended at once: failed, cancelled, nothing to generate).
     Done(Option<Box<Running>>),
     /// Its KV cache does not fit yet: it stays first in the queue.
-    Wait(Job),
+    Wait(Box<Job>),
 }
 
 impl Scheduler {
@@ -140,7 +140,7 @@ impl Scheduler {
     fn take(&mut self, command: Command) -> bool {
         match command {
             Command::Generate(job) => {
-                self.waiting.push_back(*job);
+                self.waiting.push_back(job);
                 false
             }
             Command::Shutdown => true,
@@ -188,7 +188,7 @@ impl Scheduler {
     /// sequence (a prefix cache entry's when one shares a whole chunk with
     /// its prompt, else a new one). Its prompt is prefilled a chunk per
     /// iteration ([`Scheduler::prefill_one_chunk`]).
-    fn admit(&mut self, mut job: Job) -> Admission {
+    fn admit(&mut self, mut job: Box<Job>) -> Admission {
         if job.cancel.load(Ordering::SeqCst) {
             let _ = job.events.send(Event::Done { finish_reason: FinishReason::Cancelled, stats: Default::default() });
             return Admission::Done(None);
@@ -205,7 +205,7 @@ impl Scheduler {
             }
         };
         if let Some(constraint) = job.constraint.take() {
-            state.constrain(constraint);
+            state.constrain(*constraint);
         }
         if state.is_exhausted() {
             state.prefill_finished();
@@ -269,7 +269,7 @@ impl Scheduler {
         }
         state.set_cached_tokens(cached);
         let reserved = need.max(self.backend.cache_bytes(seq).unwrap_or(0) as u64);
-        let Job { request, events, cancel, .. } = job;
+        let Job { request, events, cancel, .. } = *job;
         let text = TextStream::new(&request.options.stop_strings);
         let prompt = request.prompt;
         let next_input = prompt[prompt.len() - 1];
