@@ -316,7 +316,7 @@ fn bad_requests_get_the_right_status_and_envelope_and_the_server_keeps_serving()
     // Unknown and unsupported fields, n = 2, other content parts, roles.
     for (field, value) in [
         ("frobnicate", json!(1)),
-        ("response_format", json!({"type": "json_object"})),
+        ("grammar", json!("root ::= \"a\"")),
         ("tools", json!([])),
         ("logit_bias", json!({"1": 2})),
         ("n", json!(2)),
