@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 
 use crate::error::{Error, Result};
@@ -140,7 +140,7 @@ impl ConstraintCompiler {
                 message: format!("{} cannot be enforced: {e}", grammar.describe()),
             });
         }
-        Ok(Constraint { matcher })
+        Ok(Constraint { matcher, prepared: None })
     }
 }
 
@@ -158,14 +158,31 @@ fn grammar_bytes(tokenizer: &Tokenizer, id: u32) -> Result<Vec<u8>> {
 #[derive(Clone)]
 pub struct Constraint {
     matcher: Matcher,
+    /// The next step's allowed tokens, computed ahead
+    /// ([`Constraint::prepare`]) while the forward pass runs.
+    prepared: Option<std::result::Result<SimpleVob, String>>,
 }
 
 impl Constraint {
+    /// Computes the tokens allowed next, for the following
+    /// [`Constraint::mask`]: the engine calls it on a worker thread while
+    /// the decode step that produces the logits runs.
+    pub fn prepare(&mut self) {
+        if self.prepared.is_none() {
+            self.prepared = Some(self.matcher.compute_mask_or_eos().map_err(|e| e.to_string()));
+        }
+    }
+
     /// Sets the logits of every token the grammar does not allow next to
     /// −∞ (when the grammar is complete only end tokens remain). An error
     /// when no token is allowed at all (the matcher failed).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        let allowed = self.matcher.compute_mask_or_eos().map_err(|e| Error::Grammar(e.to_string()))?;
+        self.prepare();
+        let allowed = match self.prepared.take() {
+            Some(Ok(allowed)) => allowed,
+            Some(Err(e)) => return Err(Error::Grammar(e)),
+            None => unreachable!("prepare() just set it"),
+        };
         let mut any = false;
         for (id, l) in logits.iter_mut().enumerate() {
             if id < allowed.len() && allowed.is_allowed(id as TokenId) {
@@ -182,6 +199,7 @@ impl Constraint {
 
     /// Follows the chosen token (one the last [`Constraint::mask`] allowed).
     pub fn commit(&mut self, token: u32) -> Result<()> {
+        self.prepared = None;
         if self.matcher.is_stopped() {
             return Ok(());
         }

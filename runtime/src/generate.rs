@@ -212,6 +212,11 @@ impl SequenceState {
         self.constraint = Some(constraint);
     }
 
+    /// The grammar this sequence follows, if any.
+    pub fn constraint_mut(&mut self) -> Option<&mut Constraint> {
+        self.constraint.as_mut()
+    }
+
     /// Marks the end of prefill (the first logits are about to be sampled).
     pub fn prefill_finished(&mut self) {
         self.prefill_done.get_or_insert_with(Instant::now);

@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use super::prefix_cache::PrefixCache;
 use super::{Command, EngineOptions, EngineStats, Event, Job, ModelInfo, PrefixReuse, Request, Shared};
 use crate::backend::{Backend, MlxBackend, SeqId};
+use crate::constraint::Constraint;
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, SequenceState, TextStream};
 
@@ -330,7 +331,20 @@ impl Scheduler {
         }
         let batch: Vec<(SeqId, u32)> = self.running.iter().map(|r| (r.seq, r.next_input)).collect();
         self.counters.decode_steps += 1;
-        let logits = match self.backend.decode(&batch) {
+        // The grammars' masks for the tokens this step samples are computed
+        // on a worker thread while the forward pass runs.
+        let backend = &mut self.backend;
+        let mut constrained: Vec<&mut Constraint> =
+            self.running.iter_mut().filter_map(|r| r.state.constraint_mut()).collect();
+        let decoded = if constrained.is_empty() {
+            backend.decode(&batch)
+        } else {
+            std::thread::scope(|s| {
+                s.spawn(|| constrained.iter_mut().for_each(|c| c.prepare()));
+                backend.decode(&batch)
+            })
+        };
+        let logits = match decoded {
             Ok(logits) => logits,
             Err(e) => {
                 let message = e.to_string();
