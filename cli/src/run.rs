@@ -8,6 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use mlxcel_runtime::backend::MlxOptions;
 use mlxcel_runtime::chat::Message;
+use mlxcel_runtime::constraint::Grammar;
 use mlxcel_runtime::engine::{Canceller, Engine, EngineOptions, Event, Generating, ModelInfo, Request};
 use mlxcel_runtime::generate::{FinishReason, Generation, GenerationOptions};
 use mlxcel_runtime::loader::LoadOptions;
@@ -75,9 +76,35 @@ pub struct RunArgs {
     /// A system message for the chat template.
     #[arg(long)]
     pub system: Option<String>,
+    /// Constrain the answer to JSON valid against this JSON Schema file
+    /// (enforced token by token; a schema that cannot be enforced is an error).
+    #[arg(value_name = "FILE", long, conflicts_with = "grammar")]
+    pub json_schema: Option<PathBuf>,
+    /// Constrain the answer to this grammar (llguidance's Lark syntax,
+    /// `start: ...`; a `.lark` file).
+    #[arg(value_name = "FILE", long)]
+    pub grammar: Option<PathBuf>,
     /// Print load time, prompt and decode speed and peak memory (to stderr).
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+impl RunArgs {
+    /// The grammar of `--json-schema` or `--grammar`, read from its file.
+    fn output_grammar(&self) -> Result<Option<Grammar>> {
+        if let Some(path) = &self.json_schema {
+            let text = std::fs::read(path).with_context(|| format!("--json-schema: reading {}", path.display()))?;
+            let schema: serde_json::Value = serde_json::from_slice(&text)
+                .with_context(|| format!("--json-schema: {} is not JSON", path.display()))?;
+            return Ok(Some(Grammar::JsonSchema(schema)));
+        }
+        if let Some(path) = &self.grammar {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--grammar: reading {} (UTF-8 text)", path.display()))?;
+            return Ok(Some(Grammar::Lark(text)));
+        }
+        Ok(None)
+    }
 }
 
 impl RunArgs {
@@ -162,6 +189,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         sampling: args.sampling(&model)?,
         stop_strings: args.stop.clone(),
+        grammar: args.output_grammar()?,
         ..GenerationOptions::default()
     };
     let use_template = model.chat_template.is_some() && !args.no_chat_template;

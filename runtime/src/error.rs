@@ -73,6 +73,10 @@ pub enum Error {
         /// The context length.
         context: usize,
     },
+    /// Constrained decoding failed mid-generation (the grammar's matcher
+    /// refused a step); the request ends with this error.
+    #[error("constrained decoding failed: {0}")]
+    Grammar(String),
     /// A sampling or generation parameter is out of range.
     #[error("invalid parameter {name}: {message}")]
     InvalidParameter {

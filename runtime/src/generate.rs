@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Logits, SeqId};
+use crate::constraint::{Constraint, Grammar};
 use crate::error::{Error, Result};
 use crate::sampler::{Sampled, Sampler, SamplingParams};
 use crate::tokenizer::{Detokenizer, Tokenizer};
@@ -34,6 +35,9 @@ pub struct GenerationOptions {
     /// How many of the most likely alternatives to report with each token
     /// (0: none; at most [`MAX_TOP_LOGPROBS`]).
     pub top_logprobs: usize,
+    /// A grammar the output must match, enforced token by token
+    /// ([`crate::constraint`]); generation stops when it is complete.
+    pub grammar: Option<Grammar>,
 }
 
 /// The most alternatives a token reports ([`GenerationOptions::top_logprobs`]),
@@ -49,6 +53,7 @@ impl Default for GenerationOptions {
             stop_tokens: Vec::new(),
             ignore_eos: false,
             top_logprobs: 0,
+            grammar: None,
         }
     }
 }
@@ -102,9 +107,11 @@ pub struct TokenStep {
     /// The most likely tokens at this step with their log-probabilities,
     /// most likely first ([`GenerationOptions::top_logprobs`] of them).
     pub top_logprobs: Vec<(u32, f32)>,
-    /// `Some` when this token ends the generation: an end token (`Stop`),
-    /// the budget or the context reached (`Length`).
+    /// `Some` when this token ends the generation: an end token or the
+    /// grammar complete (`Stop`), the budget or the context reached (`Length`).
     pub finish: Option<FinishReason>,
+    /// The token is an end token: it has no text of its own.
+    pub end_token: bool,
 }
 
 /// The `k` most likely tokens of `logits` with their log-probabilities,
@@ -149,6 +156,7 @@ pub fn check_prompt_tokens(prompt: &[u32], vocab_size: usize) -> Result<()> {
 /// tokens so far (for penalties), its end tokens and budget, and its timings.
 pub struct SequenceState {
     sampler: Sampler,
+    constraint: Option<Constraint>,
     history: Vec<u32>,
     prompt_tokens: usize,
     end_tokens: Vec<u32>,
@@ -183,6 +191,7 @@ impl SequenceState {
             if options.ignore_eos { Vec::new() } else { eos_ids.iter().chain(&options.stop_tokens).copied().collect() };
         Ok(SequenceState {
             sampler: Sampler::new(options.sampling.clone())?,
+            constraint: None,
             history: prompt.to_vec(),
             prompt_tokens: prompt.len(),
             end_tokens,
@@ -195,6 +204,17 @@ impl SequenceState {
             prefill_done: None,
             first_token: None,
         })
+    }
+
+    /// Enforces `constraint` (compiled from [`GenerationOptions::grammar`])
+    /// on every token from now on.
+    pub fn constrain(&mut self, constraint: Constraint) {
+        self.constraint = Some(constraint);
+    }
+
+    /// The grammar this sequence follows, if any.
+    pub fn constraint_mut(&mut self) -> Option<&mut Constraint> {
+        self.constraint.as_mut()
     }
 
     /// Marks the end of prefill (the first logits are about to be sampled).
@@ -219,7 +239,13 @@ impl SequenceState {
 
     /// Samples the next token from `logits` (which sampling may modify).
     pub fn accept(&mut self, logits: &mut [f32]) -> Result<TokenStep> {
+        if let Some(c) = &mut self.constraint {
+            c.mask(logits)?;
+        }
         let sampled = self.sampler.sample(logits, &self.history)?;
+        if let Some(c) = &mut self.constraint {
+            c.commit(sampled.token)?;
+        }
         // The sampler left the penalised logits in place and returns their
         // normaliser: the alternatives come from the same distribution as
         // `sampled.logprob`, normalised once.
@@ -228,14 +254,15 @@ impl SequenceState {
         self.first_token.get_or_insert_with(Instant::now);
         self.generated += 1;
         self.history.push(sampled.token);
-        let finish = if self.end_tokens.contains(&sampled.token) {
+        let end_token = self.end_tokens.contains(&sampled.token);
+        let finish = if end_token || self.constraint.as_ref().is_some_and(Constraint::is_complete) {
             Some(FinishReason::Stop)
         } else if self.generated >= self.max_tokens || self.history.len() >= self.context {
             Some(FinishReason::Length)
         } else {
             None
         };
-        Ok(TokenStep { sampled, top_logprobs, finish })
+        Ok(TokenStep { sampled, top_logprobs, finish, end_token })
     }
 
     /// Counts and timings so far.
@@ -468,7 +495,7 @@ pub fn generate(
     while let Some(step) = tokens.next().transpose()? {
         ids.push(step.sampled.token);
         logprobs.push(step.sampled.logprob);
-        if step.finish == Some(FinishReason::Stop) {
+        if step.end_token {
             // An end token: no text of its own.
             finish = FinishReason::Stop;
             break;

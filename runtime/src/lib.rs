@@ -11,6 +11,8 @@
 //!   ([`generate::TokenGenerator`]) and as text ([`generate::TextStream`]);
 //! - [`check`]: the whole-bundle check the compiler runs before renaming
 //!   its output (what [`loader::load`] checks, without computing);
+//! - [`constraint`]: grammars (JSON schemas, Lark) enforced on the output
+//!   token by token with llguidance;
 //! - [`engine`]: the model on a thread of its own behind a `Send + Sync`
 //!   handle, batching requests continuously (what `mlxcel run` and the
 //!   server drive).
@@ -18,6 +20,7 @@
 pub mod backend;
 pub mod chat;
 pub mod check;
+pub mod constraint;
 pub mod engine;
 mod error;
 pub mod generate;

@@ -147,6 +147,28 @@ impl Tokenizer {
         Ok(spelling.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| text.into_bytes()))
     }
 
+    /// The bytes token `id` adds when it follows other tokens (decoding it
+    /// alone may drop a leading space: SentencePiece's `Strip`/`Metaspace`
+    /// decoders), and whether it is a special token (one decoding with
+    /// `skip_special` drops). Grammars ([`crate::constraint`]) match these.
+    pub fn output_bytes(&self, id: u32) -> Result<(Vec<u8>, bool)> {
+        let alone = self.token_bytes(id)?;
+        let special = !alone.is_empty() && self.decode(&[id], true)?.is_empty();
+        if special {
+            return Ok((alone, true));
+        }
+        // Twice in a row, the second copy is decoded mid-stream.
+        let twice = self.decode(&[id, id], false)?;
+        if let Ok(first) = std::str::from_utf8(&alone)
+            && !twice.contains('\u{FFFD}')
+            && let Some(rest) = twice.strip_prefix(first)
+            && !rest.is_empty()
+        {
+            return Ok((rest.as_bytes().to_vec(), false));
+        }
+        Ok((alone, false))
+    }
+
     /// Ids that end generation.
     pub fn eos_ids(&self) -> &[u32] {
         &self.eos

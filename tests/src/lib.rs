@@ -1,6 +1,7 @@
 //! Shared helpers of the workspace's end-to-end tests (in `tests/tests/`).
 
 pub mod isa;
+pub mod server;
 pub mod steps;
 pub mod tiny;
 
@@ -319,4 +320,15 @@ pub fn load_mlx_lm_weights(dir: &Path, config: &serde_json::Value) -> Weights {
         );
     }
     w
+}
+
+/// Compiles the real model `gguf` (a file [`real_model`] finds) to the
+/// bundle `out` with the workspace's `mlxcel-compile`; returns `out`.
+pub fn compile_gguf(gguf: &str, out: &Path) -> PathBuf {
+    let output = Command::new(mlxcel_compile_bin())
+        .args([real_model(gguf).to_str().unwrap(), "-o", out.to_str().unwrap(), "--quiet"])
+        .output()
+        .expect("running mlxcel-compile");
+    assert!(output.status.success(), "compiling {gguf} failed: {}", String::from_utf8_lossy(&output.stderr));
+    out.to_path_buf()
 }

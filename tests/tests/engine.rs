@@ -426,3 +426,54 @@ fn a_cancelled_request_leaves_the_queue_behind_one_the_kv_budget_holds() {
     assert_eq!(running.collect_generation().unwrap().tokens.len() + so_far.len(), 199);
     assert_eq!(held.collect_generation().unwrap().tokens.len(), 200);
 }
+
+/// A grammar holds on a random model (whatever it would say, every token
+/// is masked to the schema) and ends the output when the document is
+/// complete; an unconstrained neighbour in the same batch is unchanged.
+#[test]
+fn a_json_schema_is_enforced_and_neighbours_are_unchanged() {
+    use mlxcel_runtime::constraint::Grammar;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(&dir, 4);
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "n": {"enum": [1, 2, 3]},
+            "tag": {"type": "string", "maxLength": 5}
+        },
+        "required": ["ok", "n", "tag"],
+        "additionalProperties": false
+    });
+    let constrained = |seed: u64| {
+        let mut r = request("answer in JSON", 200);
+        r.options.grammar = Some(Grammar::JsonSchema(schema.clone()));
+        r.options.sampling.temperature = 1.0;
+        r.options.sampling.seed = Some(seed);
+        r
+    };
+    let alone = engine.generate(request("a neighbour", 24)).unwrap();
+    let gens: Vec<_> = (0..3).map(|seed| engine.submit(constrained(seed)).unwrap()).collect::<Vec<_>>();
+    let neighbour = engine.submit(request("a neighbour", 24)).unwrap();
+    for g in gens {
+        let g = g.collect_generation().unwrap();
+        assert_eq!(g.finish_reason, FinishReason::Stop, "{:?}", g.text);
+        let v: serde_json::Value = serde_json::from_str(&g.text).unwrap_or_else(|e| panic!("{:?}: {e}", g.text));
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 3, "{v}");
+        assert!(o["ok"].is_boolean() && [1, 2, 3].contains(&o["n"].as_i64().unwrap()), "{v}");
+        assert!(o["tag"].as_str().unwrap().chars().count() <= 5, "{v}");
+    }
+    assert_eq!(neighbour.collect_generation().unwrap().tokens, alone.tokens);
+}
+
+#[test]
+fn a_grammar_that_cannot_be_enforced_is_refused_at_submit() {
+    use mlxcel_runtime::constraint::Grammar;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(&dir, 4);
+    let mut r = request("x", 8);
+    r.options.grammar = Some(Grammar::JsonSchema(serde_json::json!({"type": "array", "uniqueItems": true})));
+    let e = engine.submit(r).err().expect("refused").to_string();
+    assert!(e.contains("uniqueItems"), "{e}");
+}

@@ -12,176 +12,13 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use mlxcel_tests::{mlxcel_compile_bin, mlxcel_server_bin, real_model, reference_python, tiny_bundle, workspace_root};
+use mlxcel_tests::server::{Server, sse_data};
+use mlxcel_tests::{compile_gguf, reference_python, tiny_bundle, workspace_root};
 use serde_json::{Value, json};
-
-/// A running server; killed when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    /// Starts `mlxcel-server --bundle BUNDLE --port 0 ARGS` and waits for
-    /// its startup line (not for the model).
-    fn spawn(bundle: &Path, args: &[&str]) -> Server {
-        Server::spawn_env(bundle, args, &[])
-    }
-
-    /// [`Server::spawn`] with environment variables.
-    fn spawn_env(bundle: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(mlxcel_server_bin())
-            .args(["--bundle", bundle.to_str().unwrap(), "--port", "0"])
-            // One kernel thread each: tests run side by side on few cores.
-            .args(if args.contains(&"--threads") { &[][..] } else { &["--threads", "1"][..] })
-            .args(args)
-            .env("MLXCEL_DEVICE", "cpu")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting mlxcel-server");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if let Some(rest) = line.split("listening on http://").nth(1) {
-                        let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-                    }
-                    log.lock().unwrap().push_str(&(line + "\n"));
-                }
-            });
-        }
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("mlxcel-server printed no address:\n{}", log.lock().unwrap()));
-        Server { child, addr, log }
-    }
-
-    /// Starts a server and waits until /health answers 200.
-    fn start(bundle: &Path, args: &[&str]) -> Server {
-        Server::start_env(bundle, args, &[])
-    }
-
-    /// [`Server::start`] with environment variables.
-    fn start_env(bundle: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let server = Server::spawn_env(bundle, args, env);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let (status, _) = server.get("/health");
-            if status == 200 {
-                return server;
-            }
-            assert!(Instant::now() < deadline, "not healthy in time:\n{}", server.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn agent() -> ureq::Agent {
-        ureq::Agent::config_builder().http_status_as_error(false).build().into()
-    }
-
-    /// GET: status and body text.
-    fn get(&self, path: &str) -> (u16, String) {
-        self.get_with(path, &[])
-    }
-
-    fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
-        let mut request = Server::agent().get(&self.url(path));
-        for (k, v) in headers {
-            request = request.header(*k, *v);
-        }
-        match request.call() {
-            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
-            Err(_) => (0, String::new()),
-        }
-    }
-
-    /// POST a raw body: status, headers we check, and body text.
-    fn post_raw(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
-        let mut request = Server::agent().post(&self.url(path)).header("content-type", "application/json");
-        for (k, v) in headers {
-            request = request.header(*k, *v);
-        }
-        let mut r = request.send(body).expect("POST");
-        let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
-        let text = r.body_mut().with_config().limit(64 << 20).read_to_string().unwrap();
-        (r.status().as_u16(), retry, text)
-    }
-
-    /// POST JSON: status and JSON body.
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let (status, _, text) = self.post_raw(path, &body.to_string(), &[]);
-        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
-    }
-
-    /// POST a streamed request: status and the `data:` payloads.
-    fn post_stream(&self, path: &str, body: &Value) -> (u16, Vec<String>) {
-        let (status, _, text) = self.post_raw(path, &body.to_string(), &[]);
-        (status, sse_data(&text))
-    }
-
-    /// A metric's value from /metrics.
-    fn metric(&self, name: &str) -> f64 {
-        let (status, text) = self.get("/metrics");
-        assert_eq!(status, 200, "{text}");
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Sends SIGTERM and waits (20 s at most) for the exit status.
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the server did not exit:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The `data:` payloads of an SSE body.
-fn sse_data(text: &str) -> Vec<String> {
-    text.split("\n\n")
-        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string))
-        .collect()
-}
 
 /// The tiny bundle, made once per test binary.
 fn tiny() -> &'static Path {
@@ -199,13 +36,7 @@ fn smollm2() -> &'static Path {
     static BUNDLE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     let (_, path) = BUNDLE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("smollm2.mlxb");
-        let gguf = real_model("SmolLM2-135M-Instruct.Q4_1.gguf");
-        let out = Command::new(mlxcel_compile_bin())
-            .args([gguf.to_str().unwrap(), "-o", path.to_str().unwrap(), "--quiet"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "compile failed: {}", String::from_utf8_lossy(&out.stderr));
+        let path = compile_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", &dir.path().join("smollm2.mlxb"));
         (dir, path)
     });
     path
@@ -485,7 +316,7 @@ fn bad_requests_get_the_right_status_and_envelope_and_the_server_keeps_serving()
     // Unknown and unsupported fields, n = 2, other content parts, roles.
     for (field, value) in [
         ("frobnicate", json!(1)),
-        ("response_format", json!({"type": "json_object"})),
+        ("grammar", json!("root ::= \"a\"")),
         ("tools", json!([])),
         ("logit_bias", json!({"1": 2})),
         ("n", json!(2)),

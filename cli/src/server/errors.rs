@@ -119,6 +119,11 @@ impl ApiError {
                 ..ApiError::invalid_param(prompt_field, e.to_string())
             },
             Error::InvalidParameter { name: "prompt", .. } => ApiError::invalid_param(prompt_field, e.to_string()),
+            // The server's only grammar is `response_format`'s.
+            Error::InvalidParameter { name: "grammar", message } => ApiError {
+                code: Some("unsupported_schema"),
+                ..ApiError::invalid_param("response_format", format!("invalid parameter response_format: {message}"))
+            },
             e => e.into(),
         }
     }

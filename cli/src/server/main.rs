@@ -33,11 +33,13 @@
 //! `min_p`, `seed`, `stop` (a string or up to 16), `presence_penalty`,
 //! `frequency_penalty`, `repetition_penalty`, `logprobs` + `top_logprobs`
 //! (0..=20), `stream`, `stream_options.include_usage`, `n` (1 only),
-//! `user`, `ignore_eos` (llama-server's). Completions take `prompt` (a
+//! `user`, `ignore_eos` (llama-server's), `response_format` (`text`,
+//! `json_object`, `json_schema`: enforced token by token, or a 400
+//! `unsupported_schema` naming what cannot be). Completions take `prompt` (a
 //! string, a list of one string, or token ids, each in the model's
 //! vocabulary), `echo` (false only), `logprobs` (0..=5), `suffix` (empty
 //! only), `best_of` (1 only) and the same sampling fields. Everything else
-//! (`tools`, `response_format`, `logit_bias`, unknown names, `n` > 1, ...)
+//! (`tools`, llama-server's `grammar`, `logit_bias`, unknown names, `n` > 1, ...)
 //! is a 400 naming the field. `max_tokens` defaults to, and is capped by,
 //! the room the prompt leaves in the context.
 //!

@@ -17,6 +17,7 @@
 //! fills the context is 400 `context_length_exceeded`.
 
 use mlxcel_runtime::chat::Message;
+use mlxcel_runtime::constraint::Grammar;
 use mlxcel_runtime::engine::ModelInfo;
 use mlxcel_runtime::generate::{GenerationOptions, MAX_TOP_LOGPROBS};
 use mlxcel_runtime::sampler::{Param, SamplingParams};
@@ -67,6 +68,7 @@ pub const COMMON_FIELDS: &[&str] = &[
     "stream_options",
     "n",
     "user",
+    "response_format",
 ];
 
 /// The fields only `/v1/chat/completions` implements (with [`COMMON_FIELDS`]).
@@ -78,7 +80,6 @@ pub const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 /// OpenAI fields this server knows but does not implement (a `null` value
 /// counts as absent).
 const UNSUPPORTED_FIELDS: &[&str] = &[
-    "response_format",
     "tools",
     "tool_choice",
     "functions",
@@ -146,6 +147,42 @@ struct Common {
     n: Option<i64>,
     #[allow(dead_code)] // accepted, as OpenAI's end-user id: nothing to do with it
     user: Option<String>,
+    response_format: Option<ResponseFormat>,
+}
+
+/// OpenAI's `response_format`: free text, any JSON object, or JSON valid
+/// against a schema, the last two enforced token by token.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+/// `response_format.json_schema`. `strict` is accepted either way: the
+/// schema is always enforced (or the request refused).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // name, description and strict are OpenAI's labels; nothing to do with them
+struct JsonSchemaFormat {
+    name: Option<String>,
+    description: Option<String>,
+    schema: Option<Value>,
+    strict: Option<bool>,
+}
+
+impl ResponseFormat {
+    fn grammar(self) -> Option<Grammar> {
+        match self {
+            ResponseFormat::Text => None,
+            ResponseFormat::JsonObject => Some(Grammar::JsonObject),
+            // No schema: any JSON value.
+            ResponseFormat::JsonSchema { json_schema } => {
+                Some(Grammar::JsonSchema(json_schema.schema.unwrap_or_else(|| Value::Object(Map::new()))))
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -319,6 +356,7 @@ fn finish(
         stop_strings: stop_strings(c.stop)?,
         top_logprobs: logprobs.unwrap_or(0),
         ignore_eos: c.ignore_eos.unwrap_or(false),
+        grammar: c.response_format.and_then(ResponseFormat::grammar),
         ..GenerationOptions::default()
     };
     Ok(Prepared { prompt, prompt_chars, options, stream, include_usage, logprobs })

@@ -64,7 +64,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -72,6 +72,7 @@ use mlxcel_arch::ModelConfig;
 
 use crate::backend::Backend;
 use crate::chat::{ChatTemplate, Message};
+use crate::constraint::{Constraint, ConstraintCompiler};
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats, check_prompt_tokens};
 use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, default_compute_dtype, load};
@@ -358,6 +359,8 @@ impl Drop for Generating {
 /// A request handed to the engine thread.
 struct Job {
     request: Request,
+    /// `request.options.grammar`, compiled at [`Engine::submit`].
+    constraint: Option<Box<Constraint>>,
     events: Sender<Event>,
     cancel: Arc<AtomicBool>,
 }
@@ -378,6 +381,9 @@ pub struct Engine {
     max_waiting: usize,
     kv_budget: Option<u64>,
     shared: Arc<Shared>,
+    /// Built on the first request with a grammar (it walks the vocabulary);
+    /// the error, if building failed, is kept and repeated.
+    constraints: OnceLock<std::result::Result<ConstraintCompiler, String>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -457,7 +463,16 @@ impl Engine {
             Ok(result) => result?,
             Err(_) => return Err(Error::EngineStopped),
         };
-        Ok(Engine { commands, model, max_batch, max_waiting, kv_budget, shared, thread: Mutex::new(Some(thread)) })
+        Ok(Engine {
+            commands,
+            model,
+            max_batch,
+            max_waiting,
+            kv_budget,
+            shared,
+            constraints: OnceLock::new(),
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// The model: tokenizer, chat template, config, defaults.
@@ -507,14 +522,28 @@ impl Engine {
             self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(Error::QueueFull { waiting });
         }
+        let constraint = match &request.options.grammar {
+            Some(grammar) => Some(Box::new(self.constraint_compiler()?.compile(grammar)?)),
+            None => None,
+        };
         let (events, receiver) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let job = Job { request, events, cancel: cancel.clone() };
+        let job = Job { request, constraint, events, cancel: cancel.clone() };
         if self.commands.send(Command::Generate(Box::new(job))).is_err() {
             self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(Error::EngineStopped);
         }
         Ok(Generating { events: receiver, cancel: Canceller(cancel) })
+    }
+
+    /// The model's grammar compiler, built on first use.
+    fn constraint_compiler(&self) -> Result<&ConstraintCompiler> {
+        self.constraints
+            .get_or_init(|| {
+                ConstraintCompiler::new(&self.model.tokenizer, self.model.config.vocab_size).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::Config(e.clone()))
     }
 
     /// Generates `request` to the end.

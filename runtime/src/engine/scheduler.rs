@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use super::prefix_cache::PrefixCache;
 use super::{Command, EngineOptions, EngineStats, Event, Job, ModelInfo, PrefixReuse, Request, Shared};
 use crate::backend::{Backend, MlxBackend, SeqId};
+use crate::constraint::Constraint;
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, SequenceState, TextStream};
 
@@ -53,7 +54,7 @@ pub(super) struct Scheduler {
     /// Bytes of KV the running sequences and the prefix cache may hold together.
     kv_budget: Option<u64>,
     shared: Arc<Shared>,
-    waiting: VecDeque<Job>,
+    waiting: VecDeque<Box<Job>>,
     /// Admitted sequences still prefilling, oldest first.
     prefilling: VecDeque<Running>,
     /// Sequences decoding.
@@ -68,7 +69,7 @@ enum Admission {
     /// Admitted (or ended at once: failed, cancelled, nothing to generate).
     Done(Option<Box<Running>>),
     /// Its KV cache does not fit yet: it stays first in the queue.
-    Wait(Job),
+    Wait(Box<Job>),
 }
 
 impl Scheduler {
@@ -140,7 +141,7 @@ impl Scheduler {
     fn take(&mut self, command: Command) -> bool {
         match command {
             Command::Generate(job) => {
-                self.waiting.push_back(*job);
+                self.waiting.push_back(job);
                 false
             }
             Command::Shutdown => true,
@@ -188,7 +189,7 @@ impl Scheduler {
     /// sequence (a prefix cache entry's when one shares a whole chunk with
     /// its prompt, else a new one). Its prompt is prefilled a chunk per
     /// iteration ([`Scheduler::prefill_one_chunk`]).
-    fn admit(&mut self, job: Job) -> Admission {
+    fn admit(&mut self, mut job: Box<Job>) -> Admission {
         if job.cancel.load(Ordering::SeqCst) {
             let _ = job.events.send(Event::Done { finish_reason: FinishReason::Cancelled, stats: Default::default() });
             return Admission::Done(None);
@@ -204,6 +205,9 @@ impl Scheduler {
                 return Admission::Done(None);
             }
         };
+        if let Some(constraint) = job.constraint.take() {
+            state.constrain(*constraint);
+        }
         if state.is_exhausted() {
             state.prefill_finished();
             let _ = job.events.send(Event::Done { finish_reason: FinishReason::Length, stats: state.stats() });
@@ -266,7 +270,7 @@ impl Scheduler {
         }
         state.set_cached_tokens(cached);
         let reserved = need.max(self.backend.cache_bytes(seq).unwrap_or(0) as u64);
-        let Job { request, events, cancel } = job;
+        let Job { request, events, cancel, .. } = *job;
         let text = TextStream::new(&request.options.stop_strings);
         let prompt = request.prompt;
         let next_input = prompt[prompt.len() - 1];
@@ -327,7 +331,20 @@ impl Scheduler {
         }
         let batch: Vec<(SeqId, u32)> = self.running.iter().map(|r| (r.seq, r.next_input)).collect();
         self.counters.decode_steps += 1;
-        let logits = match self.backend.decode(&batch) {
+        // The grammars' masks for the tokens this step samples are computed
+        // on a worker thread while the forward pass runs.
+        let backend = &mut self.backend;
+        let mut constrained: Vec<&mut Constraint> =
+            self.running.iter_mut().filter_map(|r| r.state.constraint_mut()).collect();
+        let decoded = if constrained.is_empty() {
+            backend.decode(&batch)
+        } else {
+            std::thread::scope(|s| {
+                s.spawn(|| constrained.iter_mut().for_each(|c| c.prepare()));
+                backend.decode(&batch)
+            })
+        };
+        let logits = match decoded {
             Ok(logits) => logits,
             Err(e) => {
                 let message = e.to_string();
@@ -359,7 +376,7 @@ impl Scheduler {
         let logprob = step.sampled.logprob;
         let top_logprobs = step.top_logprobs;
         // An end token has no text of its own.
-        let (text, finish) = if step.finish == Some(FinishReason::Stop) {
+        let (text, finish) = if step.end_token {
             (String::new(), step.finish)
         } else {
             let delta = r.text.push(&self.model.tokenizer, token)?;
