@@ -129,16 +129,14 @@ impl ConstraintCompiler {
     /// Compiles `grammar`; refused with the reason when llguidance cannot
     /// (a syntax error, an unsupported keyword or construct).
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint> {
-        let parser = self.factory.create_parser(grammar.to_llguidance()).map_err(|e| Error::InvalidParameter {
+        let refused = |e: &dyn std::fmt::Display| Error::InvalidParameter {
             name: "grammar",
             message: format!("{} cannot be enforced: {e}", grammar.describe()),
-        })?;
+        };
+        let parser = self.factory.create_parser(grammar.to_llguidance()).map_err(|e| refused(&e))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(Error::InvalidParameter {
-                name: "grammar",
-                message: format!("{} cannot be enforced: {e}", grammar.describe()),
-            });
+            return Err(refused(&e));
         }
         Ok(Constraint { matcher, prepared: None })
     }
@@ -177,12 +175,11 @@ impl Constraint {
     /// −∞ (when the grammar is complete only end tokens remain). An error
     /// when no token is allowed at all (the matcher failed).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        self.prepare();
-        let allowed = match self.prepared.take() {
-            Some(Ok(allowed)) => allowed,
-            Some(Err(e)) => return Err(Error::Grammar(e)),
-            None => unreachable!("prepare() just set it"),
+        let prepared = match self.prepared.take() {
+            Some(prepared) => prepared,
+            None => self.matcher.compute_mask_or_eos().map_err(|e| e.to_string()),
         };
+        let allowed = prepared.map_err(Error::Grammar)?;
         let mut any = false;
         for (id, l) in logits.iter_mut().enumerate() {
             if id < allowed.len() && allowed.is_allowed(id as TokenId) {
