@@ -19,6 +19,7 @@ mod header;
 pub mod manifest;
 pub mod raw;
 mod reader;
+pub mod rows16;
 mod temp;
 mod verify;
 mod writer;
@@ -40,8 +41,8 @@ pub use writer::{BundleWriter, SealedBundle, SectionSpec, TensorSpec, WrittenBun
 pub const MAGIC: [u8; 8] = *b"\x89MLXB\r\n\x1a";
 /// The format major version this crate reads and writes.
 pub const FORMAT_MAJOR: u16 = 1;
-/// The format minor version this crate writes.
-pub const FORMAT_MINOR: u16 = 0;
+/// The format minor version this crate writes (1.1 adds the `rows16` layout tag).
+pub const FORMAT_MINOR: u16 = 1;
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 128;
 /// Every tensor, section and the manifest start at a multiple of this (16 KiB:
@@ -51,6 +52,7 @@ pub const ALIGNMENT: u64 = 16384;
 pub const MAX_DIMS: usize = 32;
 /// The default layout tag: C-contiguous (row-major) elements.
 pub const LAYOUT_ROW_MAJOR: &str = "row-major";
+pub use rows16::LAYOUT_ROWS16;
 /// Required extensions this reader understands (none in version 1.0).
 pub const KNOWN_EXTENSIONS: &[&str] = &[];
 

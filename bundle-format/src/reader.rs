@@ -157,6 +157,28 @@ impl<'a> TensorView<'a> {
         self.entry.layout.as_str()
     }
 
+    /// The data in row-major order: the bytes themselves for `row-major`, a
+    /// rearranged copy for `rows16` (the bytes of each row of packed codes, or
+    /// the elements of any other tensor, in blocks of 16 rows: [`crate::rows16`]).
+    /// `None` for a layout this crate does not know, or a `rows16` tensor whose
+    /// shape cannot be whole blocks.
+    pub fn row_major_data(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
+        match self.layout() {
+            crate::LAYOUT_ROW_MAJOR => Some(std::borrow::Cow::Borrowed(self.data)),
+            crate::LAYOUT_ROWS16 => {
+                let elem = usize::try_from(self.dtype.size_bytes()).ok()?;
+                let cols = usize::try_from(*self.shape().last()?).ok()?;
+                let rows = if self.entry.quantization.is_some() {
+                    crate::rows16::to_row_major(self.data, cols.checked_mul(elem)?, 1)
+                } else {
+                    crate::rows16::to_row_major(self.data, cols, elem)
+                };
+                rows.ok().map(std::borrow::Cow::Owned)
+            }
+            _ => None,
+        }
+    }
+
     /// The quantization descriptor of a quantized weight.
     pub fn quantization(&self) -> Option<QuantizationView<'a>> {
         self.entry.quantization.as_ref().map(|q| QuantizationView {

@@ -10,6 +10,8 @@ verification (each region's BLAKE3, zero padding, the surgery hash).
 Usage: independent_reader.py [--verify] BUNDLE
 Prints a JSON summary on success (exit 0); prints "error: ..." and exits 1
 on the first problem found on open, or lists every verification failure.
+The summary's "row_major" maps each tensor's name to the hex of its data in
+row-major order (a `rows16` tensor rearranged back, section 4.1).
 """
 
 import json
@@ -312,6 +314,29 @@ def verify(data, manifest, regions):
     return failures
 
 
+def row_major(data, t):
+    """A tensor's bytes in row-major order (section 4.1), or None for a layout
+    this reader does not know."""
+    raw = data[t["offset"]:t["offset"] + t["length"]]
+    if t["layout"] == "row-major":
+        return raw
+    if t["layout"] != "rows16" or not t["shape"]:
+        return None
+    # Units: bytes of packed codes (a tensor with a quantization descriptor), else elements.
+    unit = 1 if t["quantization"] else DTYPE_SIZES[t["dtype"]]
+    cols = t["shape"][-1] * DTYPE_SIZES[t["dtype"]] // unit
+    rows = len(raw) // (cols * unit) if cols else 0
+    if rows % 16:
+        raise BundleError(f"tensor {t['name']}: rows16 needs a multiple of 16 rows, not {rows}")
+    out = bytearray(len(raw))
+    for r in range(rows):
+        for c in range(cols):
+            src = ((r // 16 * cols + c) * 16 + r % 16) * unit
+            dst = (r * cols + c) * unit
+            out[dst:dst + unit] = raw[src:src + unit]
+    return bytes(out)
+
+
 def to_json(value):
     if isinstance(value, bytes):
         return value.hex()
@@ -341,7 +366,13 @@ def main(argv):
             print(f"error: {failure}", file=sys.stderr)
         if failures:
             return 1
-    print(json.dumps({"header": header, "manifest": to_json(manifest), "verified": check}, indent=1))
+    try:
+        rows = {t["name"]: row_major(data, t) for t in manifest["tensors"]}
+    except BundleError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    summary = {"header": header, "manifest": to_json(manifest), "verified": check, "row_major": to_json(rows)}
+    print(json.dumps(summary, indent=1))
     return 0
 
 

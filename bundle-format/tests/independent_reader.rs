@@ -78,6 +78,46 @@ fn python_reader_agrees_with_the_rust_reader() {
     assert_eq!(m["metadata"][0]["key"], "mlxcel.test");
 }
 
+/// A quantized triple in the rows16 layout (§4.1): the Python reader,
+/// following the spec, gets back the row-major bytes that went in, as does
+/// `TensorView::row_major_data`.
+#[test]
+fn python_reader_undoes_the_rows16_layout() {
+    use mlxcel_bundle::{BundleWriter, Dtype, LAYOUT_ROWS16, ModelInfo, Quantization, TensorSpec, rows16};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows16.mlxb");
+    let model = ModelInfo { architecture: "llama".into(), name: "rows16".into(), config_json: "{}".into() };
+    let mut w = BundleWriter::create(&path, model).unwrap();
+    // 32 rows of 64 4-bit codes (8 u32 words) and 2 groups of f16 scales.
+    let codes: Vec<u8> = (0..32 * 32).map(|i| (i * 7 % 251) as u8).collect();
+    let scales: Vec<u8> = (0..32 * 2 * 2).map(|i| (i * 13 % 253) as u8).collect();
+    let quant = Quantization {
+        mode: "affine".into(),
+        bits: 4,
+        group_size: 32,
+        scales: "m.scales".into(),
+        biases: Some("m.biases".into()),
+    };
+    let spec = TensorSpec::new("m.weight", Dtype::U32, vec![32, 8]).quantized(quant).with_layout(LAYOUT_ROWS16);
+    w.add_tensor_bytes(spec, &rows16::from_row_major(&codes, 32, 1).unwrap()).unwrap();
+    for name in ["m.scales", "m.biases"] {
+        let spec = TensorSpec::new(name, Dtype::F16, vec![32, 2]).with_layout(LAYOUT_ROWS16);
+        w.add_tensor_bytes(spec, &rows16::from_row_major(&scales, 2, 2).unwrap()).unwrap();
+    }
+    w.finish().unwrap();
+    let out = run_reader(&path, true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bundle = Bundle::open(&path).unwrap();
+    for (name, want) in [("m.weight", &codes), ("m.scales", &scales), ("m.biases", &scales)] {
+        assert_eq!(v["row_major"][name], hex(want), "{name}: the Python reader's row-major bytes");
+        let t = bundle.tensor(name).unwrap();
+        assert_eq!(t.layout(), LAYOUT_ROWS16);
+        assert_ne!(t.data(), &want[..], "{name}: stored rearranged");
+        assert_eq!(&*t.row_major_data().unwrap(), &want[..], "{name}: row_major_data");
+    }
+}
+
 #[test]
 fn python_reader_rejects_damage() {
     let dir = tempfile::tempdir().unwrap();
