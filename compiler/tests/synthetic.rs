@@ -13,7 +13,7 @@ use mlxcel_arch::RopeScaling;
 use mlxcel_compiler::ingest::gguf::quant::{GgmlType, dequantize, transcode_affine};
 use mlxcel_compiler::ingest::gguf::reader::{GgufFile, GgufValue};
 use mlxcel_compiler::ingest::{IngestError, SourceModel, Storage, TensorData};
-use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
+use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized, WeightLayout};
 use safetensors::tensor::TensorView;
 use serde_json::json;
 
@@ -108,6 +108,7 @@ fn every_ggml_type_dequantizes_like_gguf_py_and_affine_ones_transcode_losslessly
                 group_size: 32,
                 bits: parts.bits as i32,
                 mode: QuantMode::Affine,
+                layout: WeightLayout::RowMajor,
             };
             let back = q.dequantize(Some(Dtype::F32)).unwrap().to_vec::<f32>().unwrap();
             // Equal values; only the sign of an exact zero may differ

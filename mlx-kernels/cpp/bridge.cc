@@ -475,36 +475,38 @@ ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::un
 
 
 ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                               int32_t group_size, int32_t bits, fast::Path path) {
-  return wrap(fast::quantized_linear(x.inner, {w.inner, scales.inner, opt(biases)}, group_size, bits, path));
+                               int32_t group_size, int32_t bits, kern::WeightLayout layout, fast::Path path) {
+  return wrap(
+      fast::quantized_linear(x.inner, {w.inner, scales.inner, opt(biases), layout}, group_size, bits, path));
 }
 
 ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases,
-                               int32_t group_size, int32_t bits, float scale, fast::Path path) {
-  return wrap(fast::quantized_gather(ids.inner, {w.inner, scales.inner, opt(biases)}, group_size, bits, scale,
-                                     path));
+                               int32_t group_size, int32_t bits, kern::WeightLayout layout, float scale,
+                               fast::Path path) {
+  return wrap(fast::quantized_gather(ids.inner, {w.inner, scales.inner, opt(biases), layout}, group_size, bits,
+                                     scale, path));
 }
 
 namespace {
-std::vector<fast::QuantizedWeight> weight_triples(const ArrayList& weights) {
+std::vector<fast::QuantizedWeight> weight_triples(const ArrayList& weights, kern::WeightLayout layout) {
   if (weights.items.size() % 3 != 0) throw std::invalid_argument("weights come as (codes, scales, biases) triples");
   std::vector<fast::QuantizedWeight> ws;
   for (size_t i = 0; i < weights.items.size(); i += 3)
-    ws.push_back({weights.items[i], weights.items[i + 1], weights.items[i + 2]});
+    ws.push_back({weights.items[i], weights.items[i + 1], weights.items[i + 2], layout});
   return ws;
 }
 }  // namespace
 
 std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights,
                                                        rust::Slice<const int32_t> heads, int32_t group_size,
-                                                       int32_t bits, fast::Path path) {
-  return wrap_list(fast::quantized_linear_multi(x.inner, weight_triples(weights), to_ints(heads), group_size, bits,
-                                                path));
+                                                       int32_t bits, kern::WeightLayout layout, fast::Path path) {
+  return wrap_list(fast::quantized_linear_multi(x.inner, weight_triples(weights, layout), to_ints(heads), group_size,
+                                                bits, path));
 }
 
 ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights,
-                                     int32_t group_size, int32_t bits, fast::Path path) {
-  auto ws = weight_triples(weights);
+                                     int32_t group_size, int32_t bits, kern::WeightLayout layout, fast::Path path) {
+  auto ws = weight_triples(weights, layout);
   if (ws.size() != 2) throw std::invalid_argument("a gated linear takes a gate and an up projection");
   return wrap(
       fast::quantized_gated_linear(act, x.inner, ws[0], ws[1], group_size, bits, path));

@@ -123,10 +123,10 @@ ArrayPtr quantized_matmul(const Array& x, const Array& w, const Array& scales, s
 ArrayPtr gather_qmm(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, std::unique_ptr<Array> lhs_indices, std::unique_ptr<Array> rhs_indices, bool transpose, int32_t group_size, int32_t bits, QuantMode mode, bool sorted_indices);
 
 // mlxcel's kernels (cpp/nodes/ops.h), on the path the caller asks for.
-ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, fast::Path path);
-ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, float scale, fast::Path path);
-std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, fast::Path path);
-ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, fast::Path path);
+ArrayPtr fast_quantized_linear(const Array& x, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, kern::WeightLayout layout, fast::Path path);
+ArrayPtr fast_quantized_gather(const Array& ids, const Array& w, const Array& scales, std::unique_ptr<Array> biases, int32_t group_size, int32_t bits, kern::WeightLayout layout, float scale, fast::Path path);
+std::unique_ptr<ArrayList> fast_quantized_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, int32_t group_size, int32_t bits, kern::WeightLayout layout, fast::Path path);
+ArrayPtr fast_quantized_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, int32_t group_size, int32_t bits, kern::WeightLayout layout, fast::Path path);
 std::unique_ptr<ArrayList> fast_linear_multi(const Array& x, const ArrayList& weights, rust::Slice<const int32_t> heads, fast::Path path);
 ArrayPtr fast_gated_linear(kern::Activation act, const Array& x, const ArrayList& weights, fast::Path path);
 ArrayPtr fast_gather_rows(const Array& ids, const Array& table, float scale, fast::Path path);

@@ -159,6 +159,15 @@ pub(crate) mod bridge {
         GeluTanh,
     }
 
+    /// How a quantized weight's codes, scales and biases are arranged
+    /// (cpp/kernels/kernels.h).
+    #[namespace = "mlxcel::kern"]
+    #[repr(i32)]
+    enum WeightLayout {
+        RowMajor,
+        Rows16,
+    }
+
     /// A rotary embedding's parameters (the wavelengths, if any, travel as an array).
     struct RopeParams {
         dims: i32,
@@ -190,6 +199,8 @@ pub(crate) mod bridge {
         type Isa;
         #[namespace = "mlxcel::kern"]
         type Activation;
+        #[namespace = "mlxcel::kern"]
+        type WeightLayout;
 
         type Array;
         type ArrayList;
@@ -363,6 +374,7 @@ pub(crate) mod bridge {
             biases: UniquePtr<Array>,
             group_size: i32,
             bits: i32,
+            layout: WeightLayout,
             path: Path,
         ) -> Result<UniquePtr<Array>>;
         #[allow(clippy::too_many_arguments)]
@@ -373,6 +385,7 @@ pub(crate) mod bridge {
             biases: UniquePtr<Array>,
             group_size: i32,
             bits: i32,
+            layout: WeightLayout,
             scale: f32,
             path: Path,
         ) -> Result<UniquePtr<Array>>;
@@ -382,6 +395,7 @@ pub(crate) mod bridge {
             heads: &[i32],
             group_size: i32,
             bits: i32,
+            layout: WeightLayout,
             path: Path,
         ) -> Result<UniquePtr<ArrayList>>;
         fn fast_quantized_gated_linear(
@@ -390,6 +404,7 @@ pub(crate) mod bridge {
             weights: &ArrayList,
             group_size: i32,
             bits: i32,
+            layout: WeightLayout,
             path: Path,
         ) -> Result<UniquePtr<Array>>;
         fn fast_linear_multi(x: &Array, weights: &ArrayList, heads: &[i32], path: Path)

@@ -32,7 +32,7 @@ pub use device::{Device, DeviceRequest};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
 pub use layers::{Linear, Weight};
-pub use ops::{AttentionMask, QuantMode, Quantized, scaled_dot_product_attention};
+pub use ops::{AttentionMask, QuantMode, Quantized, WeightLayout, scaled_dot_product_attention};
 
 /// The version of the linked MLX library (`major.minor.patch`).
 pub fn mlx_version() -> String {

@@ -53,9 +53,35 @@ impl QuantMode {
     }
 }
 
+/// How a quantized matrix's codes, scales and biases are arranged in memory.
+/// Either way the arrays have MLX's shapes; only the order of their bytes differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightLayout {
+    /// MLX's layout: row n's codes, then row n + 1's; scales `[out, in / group_size]`.
+    #[default]
+    RowMajor,
+    /// Every block of 16 rows transposed, so the 16 rows' codes for one
+    /// input (8-bit) or pair of inputs (4-bit) are 16 consecutive bytes, as
+    /// are their scales and biases for one group: what mlxcel's CPU kernels
+    /// read fastest for any batch size. 4- and 8-bit affine codes, a multiple
+    /// of 16 rows; only mlxcel's kernels read it (MLX's own ops refuse it).
+    /// The bundle's `rows16` layout (docs/bundle-format.md).
+    Rows16,
+}
+
+impl WeightLayout {
+    pub(crate) fn ffi(self) -> bridge::WeightLayout {
+        match self {
+            WeightLayout::RowMajor => bridge::WeightLayout::RowMajor,
+            WeightLayout::Rows16 => bridge::WeightLayout::Rows16,
+        }
+    }
+}
+
 /// A weight matrix in MLX's quantized layout: `weight` packs `bits`-bit codes
 /// into u32 words along the last axis; `scales` (and for affine, `biases`)
-/// hold one value per group of `group_size` inputs.
+/// hold one value per group of `group_size` inputs; `layout` says how those
+/// bytes are ordered.
 #[derive(Clone, Debug)]
 pub struct Quantized {
     /// Packed codes, shape `[.., out, in * bits / 32]`, dtype u32.
@@ -70,6 +96,8 @@ pub struct Quantized {
     pub bits: i32,
     /// The quantization mode.
     pub mode: QuantMode,
+    /// The order of the bytes of `weight`, `scales` and `biases`.
+    pub layout: WeightLayout,
 }
 
 macro_rules! unary_ops {
@@ -511,15 +539,29 @@ impl Array {
         let mut parts = from_list("quantize", bridge::quantize(&self.inner, group_size, bits, mode.ffi()))?;
         let biases = if parts.len() == 3 { parts.pop() } else { None };
         match (parts.pop(), parts.pop()) {
-            (Some(scales), Some(weight)) => Ok(Quantized { weight, scales, biases, group_size, bits, mode }),
+            (Some(scales), Some(weight)) => {
+                Ok(Quantized { weight, scales, biases, group_size, bits, mode, layout: WeightLayout::RowMajor })
+            }
             _ => Err(Error::invalid("quantize", "MLX returned too few arrays")),
         }
     }
 }
 
 impl Quantized {
+    /// MLX's own quantized ops read only [`WeightLayout::RowMajor`].
+    fn check_row_major(&self, op: &'static str) -> Result<()> {
+        match self.layout {
+            WeightLayout::RowMajor => Ok(()),
+            WeightLayout::Rows16 => Err(Error::invalid(
+                op,
+                "a weight in the rows16 layout runs only on mlxcel's CPU kernels, not MLX's ops",
+            )),
+        }
+    }
+
     /// The float matrix the codes stand for, in `dtype` (or the scales' dtype).
     pub fn dequantize(&self, dtype: Option<Dtype>) -> Result<Array> {
+        self.check_row_major("dequantize")?;
         wrap(
             "dequantize",
             bridge::dequantize(
@@ -548,6 +590,7 @@ impl Quantized {
         transpose: bool,
         sorted_indices: bool,
     ) -> Result<Array> {
+        self.check_row_major("gather_qmm")?;
         wrap(
             "gather_qmm",
             bridge::gather_qmm(
@@ -568,6 +611,7 @@ impl Quantized {
 
     /// `x @ Wᵀ` (with `transpose`) or `x @ W` against the quantized matrix.
     pub fn matmul(&self, x: &Array, transpose: bool) -> Result<Array> {
+        self.check_row_major("quantized_matmul")?;
         wrap(
             "quantized_matmul",
             bridge::quantized_matmul(

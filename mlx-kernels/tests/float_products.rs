@@ -15,35 +15,13 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
 
 use common::*;
-use mlxcel_mlx::fast::{self, GateActivation, Isa, Path};
+use mlxcel_mlx::fast::{self, GateActivation, Path};
 use mlxcel_mlx::{Array, Dtype, Linear, Weight};
 use rand::rngs::StdRng;
 
 const EPS: f64 = 1.0 / (1u32 << 24) as f64;
-
-/// The ISA and thread count are process-wide: tests that set them run one at a time.
-static GLOBAL: Mutex<()> = Mutex::new(());
-
-fn lock() -> MutexGuard<'static, ()> {
-    GLOBAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs `body` for every ISA this CPU supports, with 1 and 2 threads.
-fn each_config(mut body: impl FnMut(&str)) {
-    let _guard = lock();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
-        fast::set_isa(isa).unwrap();
-        for threads in [1, 2] {
-            fast::set_threads(threads);
-            body(&format!("{isa} x{threads}"));
-        }
-    }
-    fast::set_threads(0);
-    fast::set_isa(Isa::best()).unwrap();
-}
 
 const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
 
@@ -103,14 +81,6 @@ fn float_linear_matches_mlx_every_dtype_and_shape() {
             }
         }
     }
-}
-
-fn kernel() -> fast::Fast {
-    fast::on(Path::Kernel)
-}
-
-fn mlx() -> fast::Fast {
-    fast::on(Path::Mlx)
 }
 
 /// Several float projections of one x split into heads (one node), a gated

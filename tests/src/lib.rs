@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use mlxcel_arch::{Architecture, LayerType, ModelConfig};
-use mlxcel_mlx::{Array, Dtype, QuantMode};
+use mlxcel_mlx::{Array, Dtype, QuantMode, WeightLayout};
 use mlxcel_runtime::weights::{QuantSpec, Weights};
 
 /// The workspace root.
@@ -203,23 +203,25 @@ pub fn export_mlx_lm_dir(bundle: &Path, out: &Path) {
     let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for t in b.tensors() {
         let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
+        // mlx-lm reads MLX's row-major layout (rows16 weights rearranged back).
+        let bytes = t.row_major_data().unwrap_or_else(|| panic!("{}: layout {}", t.name(), t.layout()));
         let (dtype, data) = match t.dtype() {
-            Dtype::F32 => (safetensors::Dtype::F32, t.data().to_vec()),
+            Dtype::F32 => (safetensors::Dtype::F32, bytes.to_vec()),
             Dtype::F16 => (
                 safetensors::Dtype::F32,
-                t.data()
+                bytes
                     .chunks_exact(2)
                     .flat_map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes())
                     .collect(),
             ),
             Dtype::Bf16 => (
                 safetensors::Dtype::F32,
-                t.data()
+                bytes
                     .chunks_exact(2)
                     .flat_map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes())
                     .collect(),
             ),
-            Dtype::U32 => (safetensors::Dtype::U32, t.data().to_vec()),
+            Dtype::U32 => (safetensors::Dtype::U32, bytes.to_vec()),
             other => panic!("{}: unexpected dtype {other:?}", t.name()),
         };
         if let Some(q) = t.quantization() {
@@ -316,6 +318,7 @@ pub fn load_mlx_lm_weights(dir: &Path, config: &serde_json::Value) -> Weights {
                 group_size: spec["group_size"].as_i64().unwrap() as i32,
                 bits: spec["bits"].as_i64().unwrap() as i32,
                 mode: QuantMode::Affine,
+                layout: WeightLayout::RowMajor,
             },
         );
     }

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 
-use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
+use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized, WeightLayout};
 
 use super::gguf::quant::GgmlType;
 
@@ -188,6 +188,7 @@ impl AffineTensor<'_> {
             group_size: self.group_size as i32,
             bits: self.bits as i32,
             mode: QuantMode::Affine,
+            layout: WeightLayout::RowMajor,
         })
     }
 }

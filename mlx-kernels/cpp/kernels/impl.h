@@ -557,12 +557,16 @@ void qmm_multi_bits(const QmmArgs* args, int count) {
 
 // Products of float weights (float_impl.h, included after this file).
 void fmm_multi(const QmmArgs* args, int count);
+// Products and gathers of weights in the rows16 layout (rows16_impl.h, likewise).
+void rows16_multi(const QmmArgs* args, int count);
+void rows16_gather(const GatherArgs& a);
 
 // `count` (at most 8) products of the same x (same M, K, bits and group size;
 // or all of float weights).
 void qmm_multi(const QmmArgs* args, int count) {
   if (count <= 0 || args[0].M <= 0) return;
   if (args[0].weight_type != kWeightQuantized) return fmm_multi(args, count);
+  if (args[0].layout == WeightLayout::Rows16) return rows16_multi(args, count);
   switch (args[0].bits) {
     case 2: qmm_multi_bits<2>(args, count); break;
     case 3: qmm_multi_bits<3>(args, count); break;
@@ -582,6 +586,7 @@ void qmm(const QmmArgs& a) {
 // rounded twice as MLX's dequantize does.
 
 void gather(const GatherArgs& a) {
+  if (a.layout == WeightLayout::Rows16) return rows16_gather(a);
   const int K = a.K, gs = a.group_size, G = K / gs, bits = a.bits;
   const int64_t row_bytes = static_cast<int64_t>(K) * bits / 8;
   const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w);

@@ -26,6 +26,7 @@ constexpr const char* kIsaName = "avx2";
 #include "mlxcel-mlx/cpp/kernels/simd_avx2.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
 #include "mlxcel-mlx/cpp/kernels/float_impl.h"
+#include "mlxcel-mlx/cpp/kernels/rows16_impl.h"
 }  // namespace mlxcel::kern::avx2
 
 #if defined(__clang__)

@@ -26,6 +26,7 @@ constexpr const char* kIsaName = "avx512";
 #include "mlxcel-mlx/cpp/kernels/simd_avx512.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
 #include "mlxcel-mlx/cpp/kernels/float_impl.h"
+#include "mlxcel-mlx/cpp/kernels/rows16_impl.h"
 }  // namespace mlxcel::kern::avx512
 
 #if defined(__clang__)

@@ -28,6 +28,7 @@ constexpr const char* kIsaName = "avx512vnni";
 #include "mlxcel-mlx/cpp/kernels/simd_avx512.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
 #include "mlxcel-mlx/cpp/kernels/float_impl.h"
+#include "mlxcel-mlx/cpp/kernels/rows16_impl.h"
 #undef MLXCEL_DOT_I16
 }  // namespace mlxcel::kern::avx512vnni
 

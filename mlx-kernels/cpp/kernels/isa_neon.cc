@@ -16,6 +16,7 @@ constexpr const char* kIsaName = "neon";
 #include "mlxcel-mlx/cpp/kernels/simd_neon.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
 #include "mlxcel-mlx/cpp/kernels/float_impl.h"
+#include "mlxcel-mlx/cpp/kernels/rows16_impl.h"
 }  // namespace mlxcel::kern::neon
 
 namespace mlxcel::kern {

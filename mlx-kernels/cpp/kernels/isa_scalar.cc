@@ -12,6 +12,7 @@ constexpr const char* kIsaName = "scalar";
 #include "mlxcel-mlx/cpp/kernels/simd_scalar.h"
 #include "mlxcel-mlx/cpp/kernels/impl.h"
 #include "mlxcel-mlx/cpp/kernels/float_impl.h"
+#include "mlxcel-mlx/cpp/kernels/rows16_impl.h"
 }  // namespace mlxcel::kern::scalar
 
 namespace mlxcel::kern {

@@ -89,6 +89,18 @@ enum WeightType : int { kWeightQuantized = 0, kWeightF32 = 1, kWeightF16 = 2, kW
 static_assert(kWeightF16 == kWeightF32 + int{kScaleF16} && kWeightBF16 == kWeightF32 + int{kScaleBF16},
               "a float WeightType is 1 + the ScaleType of the same storage");
 
+/// How a quantized weight's codes, scales and biases are arranged (src/ffi.rs
+/// declares the same enum).
+///
+/// - `RowMajor`: MLX's layout (codes `[N, K * bits / 8]` bytes,
+///   scales and biases `[N, K / gs]`).
+/// - `Rows16`: every block of 16 rows transposed: codes
+///   `[N / 16, K * bits / 8, 16]` bytes (byte j of a 16-byte run belongs to row
+///   16t + j), scales and biases `[N / 16, K / gs, 16]`. 4- and 8-bit codes
+///   only, N a multiple of 16 and group size a multiple of 2 (the bundle's
+///   `rows16` layout, docs/bundle-format.md). rows16_impl.h says why.
+enum class WeightLayout : int { RowMajor = 0, Rows16 = 1 };
+
 /// `out[M, N] = x[M, K] · Wᵀ` for an affine-quantized `W [N, K]` in MLX's
 /// layout: row n is one little-endian bit stream of `bits`-bit codes (u32
 /// words), `w[n, k] = scales[n, k / gs] * code + biases[n, k / gs]`; or, with
@@ -109,6 +121,7 @@ struct QmmArgs {
   /// runs of at most 8 rows, never the GEMM). Otherwise M > 8 takes the GEMM.
   bool row_invariant;
   int weight_type;  // WeightType of w (kWeightQuantized when zero-initialised)
+  WeightLayout layout;  // of a quantized w (row-major when zero-initialised)
 };
 
 /// Rotary embedding of `x [A, B, L, D]` (element strides sa, sb, sl; the last
@@ -165,6 +178,7 @@ struct GatherArgs {
   float* out;
   int n_ids, K, group_size, bits;
   int scale_type;
+  WeightLayout layout;  // row-major when zero-initialised
 };
 
 /// One ISA's kernels. All of them run on the calling thread plus the pool.

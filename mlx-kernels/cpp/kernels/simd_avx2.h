@@ -7,6 +7,8 @@ struct S {
   // GEMM micro-tile: 6 rows by 2 vectors (16 outputs): 12 accumulators of 16 registers.
   static constexpr int GEMM_MR = 6;
   static constexpr int GEMM_NV = 2;
+  // Rows of x the rows16 micro-kernel keeps in registers (rows16_impl.h).
+  static constexpr int TILE_MM = 4;
   static constexpr int ATT_RB = 4;
   using V = __m256;
 

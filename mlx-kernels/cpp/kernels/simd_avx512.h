@@ -8,6 +8,8 @@ struct S {
   static constexpr int GEMM_MR = 12;
   static constexpr int GEMM_NV = 2;
   // Attention tile rows (queries) per pass: 8 rows by 2 vectors of keys.
+  // Rows of x the rows16 micro-kernel keeps in registers (rows16_impl.h).
+  static constexpr int TILE_MM = 16;
   static constexpr int ATT_RB = 8;
   using V = __m512;
 

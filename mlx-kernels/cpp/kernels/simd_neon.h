@@ -8,6 +8,8 @@ struct S {
   // GEMM micro-tile: 8 rows by 2 vectors (8 outputs): 16 accumulators of the 32 registers.
   static constexpr int GEMM_MR = 8;
   static constexpr int GEMM_NV = 2;
+  // Rows of x the rows16 micro-kernel keeps in registers (rows16_impl.h).
+  static constexpr int TILE_MM = 4;
   static constexpr int ATT_RB = 4;
   using V = float32x4_t;
 

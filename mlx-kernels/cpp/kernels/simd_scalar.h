@@ -6,6 +6,8 @@ struct S {
   static constexpr int W = 1;
   static constexpr int GEMM_MR = 4;
   static constexpr int GEMM_NV = 4;
+  // Rows of x the rows16 micro-kernel keeps in registers (rows16_impl.h).
+  static constexpr int TILE_MM = 4;
   static constexpr int ATT_RB = 4;
   using V = float;
 

@@ -50,6 +50,19 @@ bool use_kernel(Path path, const char* op, const std::string& why) {
   refuse(op, why);
 }
 
+// use_kernel for quantized weights: one in the rows16 layout has no MLX
+// fallback, so whatever would send it to MLX's op is an error.
+bool use_kernel(Path path, const char* op, const std::string& why, kern::WeightLayout layout) {
+  if (layout == kern::WeightLayout::Rows16) {
+    if (!why.empty()) refuse(op, why);
+    if (path == Path::Mlx)
+      throw std::invalid_argument(std::string(op) + ": a weight in the rows16 layout runs only on mlxcel's CPU " +
+                                  "kernels, not MLX's ops");
+    return true;
+  }
+  return use_kernel(path, op, why);
+}
+
 mx::Stream default_stream() { return mx::default_stream(mx::default_device()); }
 
 // Why our quantized kernels cannot take this weight ("" when they can).
@@ -71,6 +84,10 @@ std::string quant_unsupported(const QuantizedWeight& q, int gs, int bits) {
     return "scales and biases must be " + shape_str(want) + " for weights " + shape_str(w.shape()) + ", not " +
            shape_str(q.scales.shape()) + "/" + shape_str(q.biases->shape());
   if (K % gs != 0) return "input features " + std::to_string(K) + " are not a multiple of the group size";
+  if (q.layout == kern::WeightLayout::Rows16) {
+    if (bits != 4 && bits != 8) return "rows16 weights must have 4- or 8-bit codes, not " + std::to_string(bits);
+    if (w.shape(0) % 16 != 0) return "rows16 weights need a multiple of 16 rows, not " + std::to_string(w.shape(0));
+  }
   return "";
 }
 
@@ -81,6 +98,7 @@ std::string multi_unsupported(const array& x, const std::vector<QuantizedWeight>
   if (x.ndim() < 1) return "activations must have at least one dimension";
   for (const auto& w : ws) {
     if (auto why = quant_unsupported(w, gs, bits); !why.empty()) return why;
+    if (w.layout != ws[0].layout) return "the weights' layouts differ";
     if (w.w.shape(1) * 32 / bits != x.shape(-1))
       return "activations have " + std::to_string(x.shape(-1)) + " features, a weight " +
              std::to_string(w.w.shape(1) * 32 / bits);
@@ -218,8 +236,9 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
     return outs;
   };
   std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, ws, group_size, bits) : kNotCpu;
-  if (!use_kernel(path, "quantized_linear_multi", why)) return mlx_op();
-  return product_node(s, x, {group_size, bits}, heads, triples(ws));
+  if (!use_kernel(path, "quantized_linear_multi", why, ws.empty() ? kern::WeightLayout::RowMajor : ws[0].layout))
+    return mlx_op();
+  return product_node(s, x, {group_size, bits, ws[0].layout}, heads, triples(ws));
 }
 
 std::vector<mx::array> linear_multi(const mx::array& x, const std::vector<mx::array>& ws,
@@ -267,8 +286,8 @@ mx::array quantized_gated_linear(kern::Activation act, const mx::array& x, const
   };
   std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, {gate, up}, group_size, bits) : kNotCpu;
   if (why.empty() && gate.w.shape(0) != up.w.shape(0)) why = "gate and up projections have different widths";
-  if (!use_kernel(path, "quantized_gated_linear", why)) return mlx_op();
-  return gated_node(s, act, x, {group_size, bits}, gate.w.shape(0), triples({gate, up}));
+  if (!use_kernel(path, "quantized_gated_linear", why, gate.layout)) return mlx_op();
+  return gated_node(s, act, x, {group_size, bits, gate.layout}, gate.w.shape(0), triples({gate, up}));
 }
 
 mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int group_size, int bits, float scale,
@@ -288,11 +307,11 @@ mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int g
   } else {
     why = quant_unsupported(w, group_size, bits);
   }
-  if (!use_kernel(path, "quantized_gather", why)) return mlx_op();
+  if (!use_kernel(path, "quantized_gather", why, w.layout)) return mlx_op();
   auto shape = ids.shape();
   shape.push_back(w.w.shape(1) * 32 / bits);
   return array(std::move(shape), mx::float32,
-               std::make_shared<QuantizedGather>(s, QuantSpec{group_size, bits}, scale),
+               std::make_shared<QuantizedGather>(s, QuantSpec{group_size, bits, w.layout}, scale),
                {ids, w.w, w.scales, *w.biases});
 }
 

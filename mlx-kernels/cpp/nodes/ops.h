@@ -33,6 +33,8 @@ struct QuantizedWeight {
   mx::array w;
   mx::array scales;
   std::optional<mx::array> biases;
+  /// `Rows16` weights run only on mlxcel's kernels: MLX's ops read row-major.
+  kern::WeightLayout layout = kern::WeightLayout::RowMajor;
 };
 
 /// `x @ Wᵀ` for affine-quantized W (MLX layout).

@@ -48,6 +48,7 @@ int run_products(std::vector<array>& in, const std::optional<RmsNormParams>& pro
       a.w = row_major(in[wi], wb[i]);
       a.scales = sb[i].read(in[wi + 1], a.scale_type);
       a.biases = bb[i].read(in[wi + 2], a.scale_type);
+      a.layout = quant.layout;
     }
     a.N = in[wi].shape(0);
     a.out = dst[i];
@@ -117,6 +118,7 @@ void gather_quantized(std::vector<array>& in, const std::vector<int64_t>& idx, Q
   a.K = in[1].shape(1) * 32 / quant.bits;
   a.group_size = quant.group_size;
   a.bits = quant.bits;
+  a.layout = quant.layout;
   if (N > 0) kern::table().gather(a);
 }
 }  // namespace

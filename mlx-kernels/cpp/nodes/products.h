@@ -17,6 +17,8 @@ namespace mlxcel::fast {
 struct QuantSpec {
   int group_size = 0;
   int bits = 0;
+  /// How the codes, scales and biases are arranged (kern::WeightLayout).
+  kern::WeightLayout layout = kern::WeightLayout::RowMajor;
   bool operator==(const QuantSpec&) const = default;
 
   bool dense() const { return bits == 0; }

@@ -392,6 +392,73 @@ void check_gather(const Table& t) {
   }
 }
 
+// The rows16 layout (kernels.h): every block of 16 rows transposed, codes as
+// bytes and scales/biases as elements. Its products are one fused
+// multiply-add per k in increasing k of fma(code, s, b) and x, so every ISA,
+// thread count and row count must give the bits of that sequential sum.
+std::vector<uint8_t> rows16_bytes(const uint8_t* src, int rows, int64_t cols, int elem) {
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * cols * elem);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(&out[((static_cast<int64_t>(r / 16) * cols + c) * 16 + r % 16) * elem],
+                  src + (static_cast<int64_t>(r) * cols + c) * elem, elem);
+  return out;
+}
+
+void check_rows16(const Table& t) {
+  for (int bits : {4, 8}) {
+    for (int gs : {32, 64}) {
+      for (int type : {kScaleF32, kScaleF16, kScaleBF16}) {
+        const int N = 48, K = 192, G = K / gs;
+        QMatrix q = qmatrix(N, K, gs, bits, type);
+        const int es = type == kScaleF32 ? 4 : 2;
+        auto codes = rows16_bytes(reinterpret_cast<const uint8_t*>(q.w.data()), N, static_cast<int64_t>(K) * bits / 8, 1);
+        auto scales = rows16_bytes(static_cast<const uint8_t*>(q.scales()), N, G, es);
+        auto biases = rows16_bytes(static_cast<const uint8_t*>(q.biases()), N, G, es);
+        const std::string what = "rows16 bits=" + std::to_string(bits) + " gs=" + std::to_string(gs) + " scales=" +
+                                 std::to_string(type);
+        for (int M : {1, 2, 3, 5, 16, 17, 70}) {
+          std::vector<float> x = normal(static_cast<size_t>(M) * K), out, want(static_cast<size_t>(M) * N);
+          for (int m = 0; m < M; ++m)
+            for (int n = 0; n < N; ++n) {
+              float acc = 0.0f;
+              for (int k = 0; k < K; ++k) {
+                const int64_t g = static_cast<int64_t>(n) * G + k / gs;
+                const float w = std::fmaf(static_cast<float>(q.code(n, k)), scale_at(q.scales(), g, type),
+                                          scale_at(q.biases(), g, type));
+                acc = std::fmaf(w, x[static_cast<size_t>(m) * K + k], acc);
+              }
+              want[static_cast<size_t>(m) * N + n] = acc;
+            }
+          for (bool row_invariant : {false, true}) {
+            QmmArgs a = qmm_args(q, x, M, out);
+            a.w = codes.data();
+            a.scales = scales.data();
+            a.biases = biases.data();
+            a.layout = WeightLayout::Rows16;
+            a.row_invariant = row_invariant;
+            t.qmm(a);
+            check_exact(t.name, what + " M=" + std::to_string(M), out, want);
+          }
+        }
+        const int64_t ids[] = {0, 47, 3, 3, 17};
+        std::vector<float> got(5 * K), want(5 * K);
+        for (int i = 0; i < 5; ++i)
+          for (int k = 0; k < K; ++k) {
+            const int64_t g = ids[i] * G + k / gs;
+            want[static_cast<size_t>(i) * K + k] = std::fmaf(
+                static_cast<float>(q.code(static_cast<int>(ids[i]), k)), scale_at(q.scales(), g, type),
+                scale_at(q.biases(), g, type));
+          }
+        GatherArgs a{reinterpret_cast<const uint32_t*>(codes.data()), scales.data(), biases.data(), ids, got.data(), 5,
+                     K, gs, bits, type, WeightLayout::Rows16};
+        t.gather(a);
+        check_exact(t.name, what + " gather", got, want);
+      }
+    }
+  }
+}
+
 void check_gate(const Table& t) {
   for (Activation kind : {Activation::Silu, Activation::GeluTanh}) {
     const int rows = 3, cols = 301;
@@ -513,6 +580,7 @@ int main(int argc, char** argv) {
     check_rms_norm(t);
     check_rope(t);
     check_gather(t);
+    check_rows16(t);
     check_gate(t);
     check_attention(t);
     check_read_sum(t);

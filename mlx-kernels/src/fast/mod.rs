@@ -267,6 +267,7 @@ impl Fast {
                 opt(w.biases.as_ref()),
                 w.group_size,
                 w.bits,
+                w.layout.ffi(),
                 self.path.ffi(),
             ),
         )
@@ -292,7 +293,8 @@ impl Fast {
         }
         let fusable = ws.len() <= 8 && ws.iter().all(|(w, _)| w.mode == QuantMode::Affine && w.biases.is_some());
         if fusable {
-            let same_layout = |a: &Quantized, b: &Quantized| a.bits == b.bits && a.group_size == b.group_size;
+            let same_layout =
+                |a: &Quantized, b: &Quantized| a.bits == b.bits && a.group_size == b.group_size && a.layout == b.layout;
             let mut outputs: Vec<Option<Array>> = ws.iter().map(|_| None).collect();
             for i in 0..ws.len() {
                 if outputs[i].is_some() {
@@ -343,6 +345,7 @@ impl Fast {
                 &heads,
                 first.group_size,
                 first.bits,
+                first.layout.ffi(),
                 self.path.ffi(),
             ),
         )
@@ -359,7 +362,8 @@ impl Fast {
     ) -> Result<Array> {
         let fusable = [gate, up].iter().all(|w| w.mode == QuantMode::Affine && w.biases.is_some())
             && gate.bits == up.bits
-            && gate.group_size == up.group_size;
+            && gate.group_size == up.group_size
+            && gate.layout == up.layout;
         if !fusable {
             if self.path == Path::Kernel {
                 return Err(Error::invalid(
@@ -387,6 +391,7 @@ impl Fast {
                 &to_list(&list),
                 gate.group_size,
                 gate.bits,
+                gate.layout.ffi(),
                 self.path.ffi(),
             ),
         )
@@ -427,6 +432,7 @@ impl Fast {
                 opt(w.biases.as_ref()),
                 w.group_size,
                 w.bits,
+                w.layout.ffi(),
                 scale,
                 self.path.ffi(),
             ),

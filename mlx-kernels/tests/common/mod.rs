@@ -5,7 +5,7 @@
 use std::sync::Once;
 
 use mlxcel_mlx::settings::Settings;
-use mlxcel_mlx::{Array, Dtype, device};
+use mlxcel_mlx::{Array, Dtype, device, fast};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -169,4 +169,33 @@ pub fn batch_row(x: &Array, r: i32) -> Array {
     let row = x.slice(&start, &stop, &vec![1; stop.len()]).unwrap().contiguous().unwrap();
     row.eval().unwrap();
     row
+}
+
+/// The ISA and thread count are process-wide: tests that set them run one
+/// at a time.
+static KERNEL_CONFIG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `body` for every ISA this CPU supports, with 1 and 2 threads, then
+/// restores the defaults.
+pub fn each_config(mut body: impl FnMut(&str)) {
+    let _guard = KERNEL_CONFIG.lock().unwrap_or_else(|e| e.into_inner());
+    for isa in fast::Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+        fast::set_isa(isa).unwrap();
+        for threads in [1, 2] {
+            fast::set_threads(threads);
+            body(&format!("{isa} x{threads}"));
+        }
+    }
+    fast::set_threads(0);
+    fast::set_isa(fast::Isa::best()).unwrap();
+}
+
+/// mlxcel's kernels, uncovered inputs an error.
+pub fn kernel() -> fast::Fast {
+    fast::on(fast::Path::Kernel)
+}
+
+/// MLX's own ops.
+pub fn mlx() -> fast::Fast {
+    fast::on(fast::Path::Mlx)
 }

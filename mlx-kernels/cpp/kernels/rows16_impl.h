@@ -1,0 +1,214 @@
+// Products and row gathers of 4- and 8-bit weights in the `rows16` layout
+// (kernels.h, WeightLayout::Rows16): every block of 16 rows is stored k-major, so
+// the 16 rows' codes for one k (8-bit) or one pair of k (4-bit) are 16
+// consecutive bytes, and their scales and biases for one group are 16
+// consecutive values. Included by each isa_*.cc after impl.h.
+//
+// Why this layout: a decode batch of M sequences must read each weight once
+// for all M rows. With 16 outputs along the vector lanes, a weight is
+// dequantized once, `w = fma(code, scale, bias)`, and multiplied into M
+// accumulators; MLX's row-major layout puts k along the lanes instead, which
+// leaves each row of x a horizontal sum per output and amortizes nothing.
+//
+// Numerics: output n of row m is `sum_k fma(code, s, b) * x[m, k]`, one fused
+// multiply-add per k in increasing k, f32 throughout, so it is the same bits
+// on every ISA, for every M, and for prefill and decode alike.
+
+constexpr int kRows16 = 16;
+// Rows of x one pass of the micro-kernel carries in registers.
+constexpr int kRows16MaxMM = S::TILE_MM;
+// Rows of x per task of a long (prefill) x: they stay in L2 while every block
+// of W streams past them.
+constexpr int kRows16Chunk = 64;
+// Bytes of a row block the software prefetch runs ahead (once per cache line).
+constexpr int kRows16Ahead = 4096;
+
+// The 16 scales (or biases) of row block `t`, group `g`, as 16 / W vectors.
+template <int ST>
+inline void rows16_scales(const void* p, int64_t at, V* out) {
+  for (int u = 0; u < kRows16 / W; ++u) {
+    if constexpr (ST == kScaleF32) {
+      out[u] = S::load(static_cast<const float*>(p) + at + u * W);
+    } else {
+      out[u] = S::load_h(static_cast<const uint16_t*>(p) + at + u * W, ST);
+    }
+  }
+}
+
+// Row blocks t0 .. t0 + NB of W against MM rows of x (x rows at `x`, stride
+// ldx; outputs at `out`, stride ldo, column t * 16).
+template <int BITS, int ST, int MM, int NB>
+void rows16_block(const QmmArgs& a, int t0, const float* x, int64_t ldx, float* out, int64_t ldo) {
+  constexpr int VT = kRows16 / W;
+  const int K = a.K, gs = a.group_size, G = K / gs;
+  const int64_t block_bytes = static_cast<int64_t>(K) * BITS / 8 * kRows16;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  V acc[NB][VT][MM];
+  for (int r = 0; r < NB; ++r)
+    for (int u = 0; u < VT; ++u)
+      for (int m = 0; m < MM; ++m) acc[r][u][m] = S::zero();
+  const V lut = S::iota();
+  for (int g = 0; g < G; ++g) {
+    V s[NB][VT], b[NB][VT];
+    for (int r = 0; r < NB; ++r) {
+      const int64_t at = (static_cast<int64_t>(t0 + r) * G + g) * kRows16;
+      rows16_scales<ST>(a.scales, at, s[r]);
+      rows16_scales<ST>(a.biases, at, b[r]);
+    }
+    // One cache line (64 bytes) of each row block per step: 8 inputs of
+    // 4-bit codes, 4 of 8-bit; pointers advance instead of being recomputed.
+    constexpr int kPerLine = 64 / kRows16 * 8 / BITS;
+    const uint8_t* p[NB];
+    for (int r = 0; r < NB; ++r) p[r] = w + (t0 + r) * block_bytes + static_cast<int64_t>(g) * gs * BITS / 8 * kRows16;
+    for (int k = g * gs; k < (g + 1) * gs; k += kPerLine) {
+      for (int r = 0; r < NB; ++r) S::prefetch(p[r] + kRows16Ahead);
+      if constexpr (BITS == 4) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 4
+          for (int r = 0; r < NB; ++r) {
+#pragma GCC unroll 16
+            for (int u = 0; u < VT; ++u) {
+              V lo, hi;
+              if constexpr (S::kLut16) {
+                S::nib_lut(p[r] + j * kRows16 + u * W, lut, lo, hi);
+              } else {
+                S::nib(p[r] + j * kRows16 + u * W, lo, hi);
+              }
+              const V w0 = S::fma(lo, s[r][u], b[r][u]);
+              const V w1 = S::fma(hi, s[r][u], b[r][u]);
+#pragma GCC unroll 16
+              for (int m = 0; m < MM; ++m) {
+                const float* xm = x + m * ldx + k + 2 * j;
+                acc[r][u][m] = S::fma(w0, S::set1(xm[0]), acc[r][u][m]);
+                acc[r][u][m] = S::fma(w1, S::set1(xm[1]), acc[r][u][m]);
+              }
+            }
+          }
+        }
+      } else {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 4
+          for (int r = 0; r < NB; ++r) {
+#pragma GCC unroll 16
+            for (int u = 0; u < VT; ++u) {
+              const V wk = S::fma(S::u8(p[r] + j * kRows16 + u * W), s[r][u], b[r][u]);
+#pragma GCC unroll 16
+              for (int m = 0; m < MM; ++m) acc[r][u][m] = S::fma(wk, S::set1(x[m * ldx + k + j]), acc[r][u][m]);
+            }
+          }
+        }
+      }
+      for (int r = 0; r < NB; ++r) p[r] += 64;
+    }
+  }
+  for (int r = 0; r < NB; ++r)
+    for (int u = 0; u < VT; ++u)
+      for (int m = 0; m < MM; ++m) S::store(out + m * ldo + (t0 + r) * kRows16 + u * W, acc[r][u][m]);
+}
+
+// Row blocks t0 .. t1 of W against `mm` (at most kRows16MaxMM) rows of x,
+// NB blocks at a time so that at least 8 accumulators are independent: an
+// accumulator takes a chain of dependent FMAs (4 cycles each), and two FMAs
+// issue per cycle.
+template <int BITS, int ST, int MM>
+void rows16_rows(const QmmArgs& a, int t0, int t1, const float* x, float* out) {
+  constexpr int NB = MM <= 2 ? 2 : 1;
+  int t = t0;
+  for (; t + NB <= t1; t += NB) rows16_block<BITS, ST, MM, NB>(a, t, x, a.ldx, out, a.ldo);
+  for (; t < t1; ++t) rows16_block<BITS, ST, MM, 1>(a, t, x, a.ldx, out, a.ldo);
+}
+
+// Row blocks t0 .. t1 of W against rows m0 .. m1 of x, in runs of
+// kRows16MaxMM, 8, 4, 2 and 1 rows.
+template <int BITS, int ST>
+void rows16_range(const QmmArgs& a, int t0, int t1, int m0, int m1) {
+  for (int m = m0; m < m1;) {
+    const float* x = a.x + m * a.ldx;
+    float* out = a.out + m * a.ldo;
+    const int left = m1 - m;
+    if (left >= kRows16MaxMM) {
+      rows16_rows<BITS, ST, kRows16MaxMM>(a, t0, t1, x, out);
+      m += kRows16MaxMM;
+    } else if (kRows16MaxMM > 8 && left >= 8) {
+      rows16_rows<BITS, ST, (kRows16MaxMM > 8 ? 8 : 1)>(a, t0, t1, x, out);
+      m += kRows16MaxMM > 8 ? 8 : 1;
+    } else if (kRows16MaxMM > 4 && left >= 4) {
+      rows16_rows<BITS, ST, (kRows16MaxMM > 4 ? 4 : 1)>(a, t0, t1, x, out);
+      m += kRows16MaxMM > 4 ? 4 : 1;
+    } else if (left >= 2) {
+      rows16_rows<BITS, ST, 2>(a, t0, t1, x, out);
+      m += 2;
+    } else {
+      rows16_rows<BITS, ST, 1>(a, t0, t1, x, out);
+      m += 1;
+    }
+  }
+}
+
+template <int BITS>
+void rows16_dispatch(const QmmArgs& a, int t0, int t1, int m0, int m1) {
+  switch (a.scale_type) {
+    case kScaleF16: rows16_range<BITS, kScaleF16>(a, t0, t1, m0, m1); break;
+    case kScaleBF16: rows16_range<BITS, kScaleBF16>(a, t0, t1, m0, m1); break;
+    default: rows16_range<BITS, kScaleF32>(a, t0, t1, m0, m1); break;
+  }
+}
+
+// `count` (at most 8) products of the same x in `rows16` layout, any M: one
+// parallel pass over (chunks of row blocks) x (chunks of kRows16Chunk rows of x).
+void rows16_multi(const QmmArgs* args, int count) {
+  const int M = args[0].M;
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) blocks += args[i].N / kRows16;
+  const int mchunks = ceil_div(M, kRows16Chunk);
+  const int threads = pool_threads();
+  const bool parallel =
+      threads > 1 && static_cast<int64_t>(M) * blocks * kRows16 * args[0].K >= kParallelWork * 4;
+  // About 8 tasks per thread, at least 2 row blocks each.
+  const int chunk = parallel ? imax(2, static_cast<int>(ceil_div(static_cast<int>(blocks) * mchunks, threads * 8)))
+                             : static_cast<int>(blocks);
+  int first[8 + 1];
+  first[0] = 0;
+  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + ceil_div(args[i].N / kRows16, chunk);
+  auto task = [&](int t) {
+    const int mc = t / first[count];
+    int i = 0;
+    t %= first[count];
+    while (t >= first[i + 1]) ++i;
+    const QmmArgs& a = args[i];
+    const int b0 = (t - first[i]) * chunk, b1 = imin(a.N / kRows16, b0 + chunk);
+    const int m0 = mc * kRows16Chunk, m1 = imin(M, m0 + kRows16Chunk);
+    if (a.bits == 4) {
+      rows16_dispatch<4>(a, b0, b1, m0, m1);
+    } else {
+      rows16_dispatch<8>(a, b0, b1, m0, m1);
+    }
+  };
+  if (!parallel) {
+    for (int t = 0; t < first[count] * mchunks; ++t) task(t);
+    return;
+  }
+  parallel_for(first[count] * mchunks, task);
+}
+
+// Rows `ids` of a `rows16` table, dequantized as the products dequantize
+// (`fma(code, scale, bias)`).
+void rows16_gather(const GatherArgs& a) {
+  const int K = a.K, gs = a.group_size, G = K / gs, bits = a.bits;
+  const int64_t block_bytes = static_cast<int64_t>(K) * bits / 8 * kRows16;
+  const uint8_t* wb = reinterpret_cast<const uint8_t*>(a.w);
+  for (int i = 0; i < a.n_ids; ++i) {
+    const int64_t n = a.ids[i], t = n / kRows16, j = n % kRows16;
+    const uint8_t* p = wb + t * block_bytes + j;
+    float* o = a.out + static_cast<int64_t>(i) * K;
+    for (int k = 0; k < K; ++k) {
+      const uint8_t byte = p[static_cast<int64_t>(k) * bits / 8 * kRows16];
+      const int q = bits == 4 ? (k % 2 == 0 ? byte & 15 : byte >> 4) : byte;
+      const int64_t at = (t * G + k / gs) * kRows16 + j;
+      o[k] = __builtin_fmaf(static_cast<float>(q), scale_at(a.scales, at, a.scale_type),
+                            scale_at(a.biases, at, a.scale_type));
+    }
+  }
+}
