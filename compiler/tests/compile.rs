@@ -7,9 +7,9 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{SMOLLM2, TempDir, model};
-use mlxcel_bundle::{Bundle, Dtype as BundleDtype};
-use mlxcel_compiler::compile::{CompileError, CompileOptions, QuantizeTarget, TensorPlan, compile};
+use common::{SMOLLM2, TempDir, float_values, model};
+use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, LAYOUT_ROWS16};
+use mlxcel_compiler::compile::{CompileError, CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, compile};
 use mlxcel_compiler::ingest::SourceModel;
 
 fn compile_to(
@@ -84,6 +84,52 @@ fn quantization_rules_and_report() {
         options_json.contains("\"quantize\":\"q4\"") && options_json.contains("\"embedding_bits\":8"),
         "{options_json}"
     );
+}
+
+/// `--weight-layout rows16`: every 4- and 8-bit matrix with a multiple of 16
+/// rows (all of SmolLM2's) is stored as a whole triple in the rows16 layout,
+/// listed in one repack record, and holds the same values as the row-major
+/// compile, for GGUF blocks kept as they are and for tensors quantized row
+/// block by row block (8-bit, so the quantization rows stream in chunks).
+#[test]
+fn rows16_layout_holds_the_row_major_values() {
+    let src = SourceModel::open(model(SMOLLM2)).unwrap();
+    let tmp = TempDir::new("rows16");
+    for quantize in [QuantizeTarget::Auto, QuantizeTarget::Affine(8)] {
+        let compile_with = |layout, name: &str| {
+            let out = tmp.path().join(format!("{quantize}-{name}.mlxb"));
+            let options =
+                CompileOptions { quantize, group_size: 64, weight_layout: layout, ..CompileOptions::default() };
+            compile_to(&src, &out, &options).unwrap();
+            Bundle::open(&out).unwrap()
+        };
+        let (plain, rows16) =
+            (compile_with(WeightLayout::RowMajor, "plain"), compile_with(WeightLayout::Rows16, "rows16"));
+        let repacks = &rows16.provenance().repacks;
+        assert_eq!(repacks.len(), 1, "{quantize}: one repack record");
+        let listed: Vec<String> = repacks[0].tensors.iter().map(|t| t.to_string()).collect();
+        assert_eq!((repacks[0].transform.as_str(), repacks[0].layout.as_str()), ("rows16", LAYOUT_ROWS16));
+        let mut quantized = 0;
+        for t in plain.tensors() {
+            let r = rows16.tensor(t.name()).unwrap();
+            assert_eq!((r.dtype(), r.shape()), (t.dtype(), t.shape()), "{}", t.name());
+            let Some(q) = t.quantization() else {
+                // Scales and biases are checked with their weight.
+                let part = t.name().ends_with(".scales") || t.name().ends_with(".biases");
+                assert!(part || r.layout() == LAYOUT_ROW_MAJOR, "{}: not a quantized matrix", t.name());
+                continue;
+            };
+            quantized += 1;
+            for name in [t.name(), q.scales, q.biases.unwrap()] {
+                assert_eq!(rows16.tensor(name).unwrap().layout(), LAYOUT_ROWS16, "{quantize}: {name}");
+                assert!(listed.iter().any(|l| l == name), "{quantize}: {name} is in the repack record");
+            }
+            assert_ne!(r.data(), t.data(), "{}: rearranged", t.name());
+            assert_eq!(float_values(&rows16, t.name()), float_values(&plain, t.name()), "{quantize}: {}", t.name());
+        }
+        assert_eq!(listed.len(), 3 * quantized, "{quantize}: weight, scales and biases of each quantized matrix");
+        rows16.verify(|_| {}).unwrap();
+    }
 }
 
 #[test]

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mlxcel_arch::{Architecture, ModelConfig};
-use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, kinds};
-use mlxcel_mlx::{Array, Device, Dtype, QuantMode};
+use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, LAYOUT_ROWS16, TensorView, kinds};
+use mlxcel_mlx::{Array, Device, Dtype, QuantMode, WeightLayout};
 use serde_json::Value;
 
 use crate::backend::{MlxBackend, MlxOptions};
@@ -166,11 +166,17 @@ pub fn weights_from_bundle(bundle: &Bundle, compute_dtype: Dtype) -> Result<(Wei
     let mut weights = Weights::new(compute_dtype);
     let mut bytes = 0u64;
     let file = bundle.shared_bytes();
+    let rows16_groups = rows16_groups(bundle)?;
     for t in bundle.tensors() {
         let name = t.name();
         let bad = |message: String| Error::Weight { name: name.to_string(), message };
-        if t.layout() != LAYOUT_ROW_MAJOR {
-            return Err(bad(format!("has layout {:?}, which this runtime cannot read", t.layout())));
+        match t.layout() {
+            LAYOUT_ROW_MAJOR => {}
+            LAYOUT_ROWS16 if t.quantization().is_some() || rows16_groups.contains(name) => {}
+            LAYOUT_ROWS16 => {
+                return Err(bad("has layout rows16 but is neither a quantized weight nor its scales or biases".into()));
+            }
+            other => return Err(bad(format!("has layout {other:?}, which this runtime cannot read"))),
         }
         let dtype = mlx_dtype(t.dtype()).ok_or_else(|| bad(format!("has dtype {:?}", t.dtype())))?;
         let shape = t
@@ -194,10 +200,42 @@ pub fn weights_from_bundle(bundle: &Bundle, compute_dtype: Dtype) -> Result<(Wei
                 )));
             }
             let mode = quant_mode(q.mode).ok_or_else(|| bad(format!("has unknown quantization mode {:?}", q.mode)))?;
-            weights.mark_quantized(prefix, QuantSpec { group_size: q.group_size as i32, bits: q.bits as i32, mode });
+            let layout = if t.layout() == LAYOUT_ROWS16 { WeightLayout::Rows16 } else { WeightLayout::RowMajor };
+            weights.mark_quantized(
+                prefix,
+                QuantSpec { group_size: q.group_size as i32, bits: q.bits as i32, mode, layout },
+            );
         }
     }
     Ok((weights, bytes))
+}
+
+/// The scales and biases of the bundle's `rows16` weights, after checking
+/// that each such weight is one the CPU kernels read in that layout (affine,
+/// 4- or 8-bit, 2-D with a multiple of 16 rows) and that its scales and
+/// biases are in the same layout.
+fn rows16_groups(bundle: &Bundle) -> Result<std::collections::HashSet<String>> {
+    let mut names = std::collections::HashSet::new();
+    for t in bundle.tensors().filter(|t| t.layout() == LAYOUT_ROWS16) {
+        let Some(q) = t.quantization() else { continue };
+        let bad = |message: String| Error::Weight { name: t.name().to_string(), message };
+        let shape = t.shape();
+        if q.mode != "affine" || !matches!(q.bits, 4 | 8) || shape.len() != 2 || shape[0] % 16 != 0 {
+            return Err(bad(format!(
+                "has layout rows16, which needs affine 4- or 8-bit codes of a 2-D matrix with a multiple of 16 \
+                 rows, not {} {}-bit codes of shape {shape:?}",
+                q.mode, q.bits
+            )));
+        }
+        for part in std::iter::once(q.scales).chain(q.biases) {
+            let layout = bundle.tensor(part).map(|p: TensorView<'_>| p.layout());
+            if layout != Some(LAYOUT_ROWS16) {
+                return Err(bad(format!("has layout rows16 but its {part} has layout {layout:?}")));
+            }
+            names.insert(part.to_string());
+        }
+    }
+    Ok(names)
 }
 
 /// Opens the bundle at `path` and builds everything generation needs.

@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use std::fmt::Display;
 
-use mlxcel_mlx::{Array, Dtype, Linear, QuantMode, Quantized, Weight};
+use mlxcel_mlx::{Array, Dtype, Linear, QuantMode, Quantized, Weight, WeightLayout};
 
 use crate::error::{Error, Result};
 use crate::nn::{Embedding, RmsNorm};
@@ -28,6 +28,8 @@ pub struct QuantSpec {
     pub bits: i32,
     /// The MLX quantization mode.
     pub mode: QuantMode,
+    /// How the codes, scales and biases are arranged.
+    pub layout: WeightLayout,
 }
 
 /// The tensors of one model.
@@ -159,12 +161,23 @@ impl Weights {
             });
         }
         let groups: Vec<i32> = lead.iter().copied().chain([rows, cols / spec.group_size]).collect();
-        let scales = self.float(&format!("{prefix}.scales"), &groups)?;
-        let biases = match spec.mode {
+        let mut scales = self.float(&format!("{prefix}.scales"), &groups)?;
+        let mut biases = match spec.mode {
             QuantMode::Affine => Some(self.float(&format!("{prefix}.biases"), &groups)?),
             _ => None,
         };
-        Ok(Quantized { weight, scales, biases, group_size: spec.group_size, bits: spec.bits, mode: spec.mode })
+        let (mut weight, mut layout) = (weight, spec.layout);
+        if layout == WeightLayout::Rows16 && !self.kernels_read_quantized() {
+            // MLX's own ops read only row-major: undo the compiler's blocks
+            // once, here (a copy of the matrix; the CPU kernels never need it).
+            // Codes are rearranged as bytes, scales and biases as elements.
+            let group_count = (cols / spec.group_size) as usize;
+            weight = rows16_to_row_major(&name, &weight, packed_cols as usize * 4, 1)?;
+            scales = rows16_to_row_major(prefix, &scales, group_count, scales.dtype().size())?;
+            biases = biases.map(|b| rows16_to_row_major(prefix, &b, group_count, b.dtype().size())).transpose()?;
+            layout = WeightLayout::RowMajor;
+        }
+        Ok(Quantized { weight, scales, biases, group_size: spec.group_size, bits: spec.bits, mode: spec.mode, layout })
     }
 
     /// The matrix `<prefix>.weight` of logical shape `[..lead, rows, cols]`,
@@ -189,6 +202,13 @@ impl Weights {
                 Ok(Weight::Dense(self.float(&name, &shape)?))
             }
         }
+    }
+
+    /// Whether quantized matrices go to mlxcel's kernels (which read the
+    /// `rows16` layout as stored): the CPU and the kernels not turned off.
+    fn kernels_read_quantized(&self) -> bool {
+        mlxcel_mlx::device::default_device() == mlxcel_mlx::Device::Cpu
+            && mlxcel_mlx::fast::default_path() != mlxcel_mlx::fast::Path::Mlx
     }
 
     /// Whether 2-D 16-bit float matrices go to mlxcel's float kernels as
@@ -288,4 +308,13 @@ impl<'a> Scope<'a> {
         let weight = if offset { self.weights.derive(w.add_scalar(1.0)?) } else { w };
         Ok(RmsNorm { weight, eps })
     }
+}
+
+/// `a` (rows of `cols` elements of `elem` bytes in blocks of 16, the `rows16`
+/// layout) in row-major order, as a new array.
+fn rows16_to_row_major(name: &str, a: &Array, cols: usize, elem: usize) -> Result<Array> {
+    let bytes = a.to_bytes()?;
+    let rows = mlxcel_bundle::rows16::to_row_major(&bytes, cols, elem)
+        .map_err(|e| Error::Weight { name: name.to_string(), message: e.to_string() })?;
+    Ok(Array::from_bytes(&rows, &a.shape(), a.dtype())?)
 }

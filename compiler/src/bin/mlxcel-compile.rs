@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, compile};
+use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, compile};
 use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
 use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
@@ -47,6 +47,14 @@ struct Args {
     /// (e.g. 8 to keep them more precise than the rest).
     #[arg(long)]
     embedding_bits: Option<u32>,
+    /// How quantized weights are arranged: row-major (MLX's layout: the
+    /// fastest single stream on the CPU) or rows16 (4- and 8-bit matrices
+    /// with a multiple of 16 rows stored in transposed blocks of 16 rows, so
+    /// the CPU kernels dequantize each weight once for a whole decode batch,
+    /// in f32: for a server's many streams; one stream is ~20% slower). See
+    /// docs/compiler.md.
+    #[arg(long, default_value = "row-major", value_name = "row-major|rows16")]
+    weight_layout: WeightLayout,
     /// Print each tensor's stored form, size and quantization error (relative RMS against the source values).
     #[arg(long)]
     report: bool,
@@ -113,6 +121,7 @@ fn run(args: Args) -> Result<()> {
         keep_source_quant: args.keep_source_quant,
         embedding_bits: args.embedding_bits,
         report: args.report,
+        weight_layout: args.weight_layout,
         name: args.name.clone(),
         chat_template: args
             .chat_template

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use mlxcel_bundle::WrittenBundle;
 use mlxcel_surgery::Surgery;
 
-pub use options::{CompileOptions, QuantizeTarget, TensorPlan, plan};
+pub use options::{CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, plan};
 
 use crate::ingest::{Architecture, SourceModel};
 use phases::Compilation;
@@ -93,6 +93,8 @@ pub struct TensorReport {
     /// Relative RMS error of the stored values against the source values
     /// (with `report`, for quantized tensors; 0 for lossless ones).
     pub rel_rms_error: Option<f64>,
+    /// Whether the weight and its scales and biases are in the `rows16` layout.
+    pub rows16: bool,
 }
 
 /// The outcome of [`compile`].

@@ -8,14 +8,15 @@ use std::io::Read;
 use std::path::Path;
 
 use mlxcel_bundle::{
-    BundleWriter, ModelInfo, Provenance, SectionSpec, SourceFile, SurgeryOperation, SurgeryRecord, WrittenBundle, kinds,
+    BundleWriter, LAYOUT_ROWS16, ModelInfo, Provenance, RepackRecord, SectionSpec, SourceFile, SurgeryOperation,
+    SurgeryRecord, WrittenBundle, kinds, rows16,
 };
 use mlxcel_mlx::{Array, Dtype};
 use mlxcel_surgery::{ModelTensor, ModelView, OutputTensor, Plan, Surgery};
 use serde_json::{Value, json};
 
 use super::options::{CompileOptions, TensorPlan, edited_plan, plan};
-use super::write::{CHUNK_BYTES, write_affine_tensor, write_floats};
+use super::write::{CHUNK_BYTES, WriteOptions, stores_rows16, write_affine_tensor, write_floats};
 use super::{CompileError, Progress, Result, TensorReport, TokenizerReport, builtin_chat_template};
 use crate::ingest::{
     FloatDtype, FloatTensor, GenerationDefaults, SourceModel, Storage, TensorData, TensorInfo, TokenizerAssets,
@@ -198,6 +199,7 @@ impl<'a> Compilation<'a> {
     /// One job of [`Compilation::tensors`].
     fn tensor(&self, w: &mut BundleWriter, job: &Job<'_>, surgery: Option<&Plan>) -> Result<TensorReport> {
         let (source, report) = (self.source, self.options.report);
+        let options = WriteOptions { report, layout: self.options.weight_layout };
         let info = job.info;
         let mlx = |e: mlxcel_mlx::Error| CompileError::Mlx { tensor: info.name.clone(), cause: e };
         // A tensor a surgery edits is computed whole, on MLX; an edit that
@@ -213,7 +215,12 @@ impl<'a> Compilation<'a> {
             _ => None,
         };
         let mut p = job.plan.clone();
-        let (bytes, error) = match edited {
+        // Whether a quantized matrix of `shape` went into the rows16 layout.
+        let in_rows16 = |plan: &TensorPlan, shape: &[usize]| match plan {
+            TensorPlan::Quantize { bits, .. } => stores_rows16(options.layout, shape, *bits),
+            _ => false,
+        };
+        let (bytes, error, rows16) = match edited {
             Some(values) => {
                 let shape: Vec<usize> = values.shape().iter().map(|&d| d as usize).collect();
                 p = edited_plan(&p, info, &shape);
@@ -222,13 +229,15 @@ impl<'a> Compilation<'a> {
                     shape: shape.clone(),
                     data: Cow::Owned(values.to_bytes().map_err(mlx)?),
                 };
-                write_floats(w, &job.name, &shape, &p, std::iter::once(Ok(t)), report, &mlx)?
+                let (bytes, error) = write_floats(w, &job.name, &shape, &p, std::iter::once(Ok(t)), options, &mlx)?;
+                (bytes, error, in_rows16(&p, &shape))
             }
             None => match &p {
                 TensorPlan::KeepAffine => match source.load(info)? {
                     TensorData::Affine(a) => {
                         let prefix = job.name.strip_suffix(".weight").unwrap_or(&job.name);
-                        (write_affine_tensor(w, prefix, &a)?, report.then_some(0.0))
+                        let bytes = write_affine_tensor(w, prefix, &a, options.layout)?;
+                        (bytes, report.then_some(0.0), stores_rows16(options.layout, &a.shape, a.bits))
                     }
                     TensorData::Float(_) => {
                         return Err(CompileError::Options(format!(
@@ -240,7 +249,8 @@ impl<'a> Compilation<'a> {
                 // Row block by row block: a dequantized tensor is never whole in memory.
                 _ => {
                     let chunks = source.float_chunks(info, CHUNK_BYTES)?.map(|c| c.map_err(CompileError::from));
-                    write_floats(w, &job.name, &info.shape, &p, chunks, report, &mlx)?
+                    let (bytes, error) = write_floats(w, &job.name, &info.shape, &p, chunks, options, &mlx)?;
+                    (bytes, error, in_rows16(&p, &info.shape))
                 }
             },
         };
@@ -250,6 +260,7 @@ impl<'a> Compilation<'a> {
             source: source_description(info),
             bytes,
             rel_rms_error: error,
+            rows16,
         })
     }
 
@@ -271,6 +282,24 @@ impl<'a> Compilation<'a> {
         for r in reports {
             *counts.entry(r.plan.to_string()).or_default() += 1;
         }
+        let rows16_tensors: Vec<String> = reports
+            .iter()
+            .filter(|r| r.rows16)
+            .flat_map(|r| {
+                let prefix = r.name.strip_suffix(".weight").unwrap_or(&r.name);
+                [r.name.clone(), format!("{prefix}.scales"), format!("{prefix}.biases")]
+            })
+            .collect();
+        let repacks = if rows16_tensors.is_empty() {
+            Vec::new()
+        } else {
+            vec![RepackRecord {
+                transform: "rows16".into(),
+                layout: LAYOUT_ROWS16.into(),
+                tensors: rows16_tensors,
+                params_json: json!({ "block_rows": rows16::BLOCK_ROWS }).to_string(),
+            }]
+        };
         w.set_provenance(Provenance {
             compiler_version: format!("mlxcel-compile {}", env!("CARGO_PKG_VERSION")),
             mlx_version: mlxcel_mlx::mlx_version(),
@@ -292,7 +321,7 @@ impl<'a> Compilation<'a> {
                 }),
                 _ => None,
             },
-            ..Provenance::default()
+            repacks,
         });
         Ok(())
     }

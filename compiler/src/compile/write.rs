@@ -1,11 +1,11 @@
 //! Writing tensors into the bundle: float conversion, MLX affine triples
-//! (kept from the source or quantized row block by row block), and the
-//! quantization error measured on the way.
+//! (kept from the source or quantized row block by row block, in the layout
+//! `--weight-layout` asks for), and the quantization error measured on the way.
 
-use mlxcel_bundle::{BundleWriter, Dtype as BundleDtype, Quantization, TensorSpec};
+use mlxcel_bundle::{BundleWriter, Dtype as BundleDtype, LAYOUT_ROWS16, Quantization, TensorSpec, rows16};
 use mlxcel_mlx::{Array, Dtype, QuantMode};
 
-use super::options::TensorPlan;
+use super::options::{TensorPlan, WeightLayout};
 use super::{CompileError, Result};
 use crate::ingest::{AffineTensor, FloatDtype, FloatTensor};
 
@@ -40,6 +40,43 @@ fn convert_float(t: &FloatTensor<'_>, to: FloatDtype) -> Vec<u8> {
     out
 }
 
+/// What every tensor write takes besides the tensor.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WriteOptions {
+    /// Measure the quantization error.
+    pub report: bool,
+    /// How affine triples are arranged.
+    pub layout: WeightLayout,
+}
+
+/// Whether an affine triple of logical `shape` and `bits` is stored in the
+/// `rows16` layout under `layout`: 4- or 8-bit codes of a 2-D matrix with a
+/// multiple of 16 rows (what the CPU kernels read in that layout).
+pub(super) fn stores_rows16(layout: WeightLayout, shape: &[usize], bits: u32) -> bool {
+    layout == WeightLayout::Rows16
+        && matches!(bits, 4 | 8)
+        && matches!(shape, [rows, cols] if rows % rows16::BLOCK_ROWS == 0 && *rows > 0 && *cols > 0)
+}
+
+/// Rearranges row-major packed codes, arriving in row blocks of any size,
+/// into `rows16` blocks as soon as 16 whole rows are in (a tensor's rows are
+/// a multiple of 16, so nothing is left over).
+fn rows16_stream(chunks: impl Iterator<Item = Vec<u8>>, row_bytes: usize) -> impl Iterator<Item = Vec<u8>> {
+    let block = rows16::BLOCK_ROWS * row_bytes;
+    let mut pending = Vec::new();
+    chunks.filter_map(move |bytes| {
+        pending.extend_from_slice(&bytes);
+        let whole = pending.len() / block * block;
+        if whole == 0 {
+            return None;
+        }
+        let rest = pending.split_off(whole);
+        let ready = std::mem::replace(&mut pending, rest);
+        // Whole blocks of a positive row length: the rearrangement cannot fail.
+        rows16::from_row_major(&ready, row_bytes, 1).ok()
+    })
+}
+
 /// An affine triple's bytes, ready to write.
 struct AffineParts<'a> {
     shape: &'a [usize],
@@ -48,6 +85,7 @@ struct AffineParts<'a> {
     weight: &'a [u8],
     scales: (&'a [u8], BundleDtype),
     biases: (&'a [u8], BundleDtype),
+    layout: WeightLayout,
 }
 
 /// Bytes of f32 per row block when dequantizing or quantizing a large tensor.
@@ -64,7 +102,11 @@ impl AffineParts<'_> {
         (packed, groups)
     }
 
-    fn weight_spec(prefix: &str, shape: &[usize], bits: u32, group_size: u32) -> TensorSpec {
+    fn rows16(&self) -> bool {
+        stores_rows16(self.layout, self.shape, self.bits)
+    }
+
+    fn weight_spec(prefix: &str, shape: &[usize], bits: u32, group_size: u32, rows16: bool) -> TensorSpec {
         let (packed, _) = Self::shapes(shape, bits, group_size);
         let quant = Quantization {
             mode: "affine".into(),
@@ -73,39 +115,50 @@ impl AffineParts<'_> {
             scales: format!("{prefix}.scales"),
             biases: Some(format!("{prefix}.biases")),
         };
-        TensorSpec::new(format!("{prefix}.weight"), BundleDtype::U32, shape_u64(&packed)).quantized(quant)
+        let spec = TensorSpec::new(format!("{prefix}.weight"), BundleDtype::U32, shape_u64(&packed)).quantized(quant);
+        if rows16 { spec.with_layout(LAYOUT_ROWS16) } else { spec }
     }
 
-    /// Writes `<prefix>.weight` from chunks of packed codes; returns its bytes.
-    fn write_streamed(
-        w: &mut BundleWriter,
-        prefix: &str,
-        shape: &[usize],
-        bits: u32,
-        group_size: u32,
-        chunks: impl IntoIterator<Item = Vec<u8>>,
-    ) -> Result<u64> {
-        let spec = Self::weight_spec(prefix, shape, bits, group_size);
+    /// Bytes of packed codes per row.
+    fn row_bytes(shape: &[usize], bits: u32) -> usize {
+        shape.last().map_or(0, |&cols| cols * bits as usize / 8)
+    }
+
+    /// Writes `<prefix>.weight` from chunks of row-major packed codes (row
+    /// blocks of any size); returns its bytes.
+    fn write_streamed(&self, w: &mut BundleWriter, prefix: &str, chunks: impl Iterator<Item = Vec<u8>>) -> Result<u64> {
+        let rows16 = self.rows16();
+        let spec = Self::weight_spec(prefix, self.shape, self.bits, self.group_size, rows16);
         let bytes = spec.byte_len().unwrap_or(0);
-        w.add_tensor_chunks(spec, chunks)?;
+        if rows16 {
+            w.add_tensor_chunks(spec, rows16_stream(chunks, Self::row_bytes(self.shape, self.bits)))?;
+        } else {
+            w.add_tensor_chunks(spec, chunks)?;
+        }
         Ok(bytes)
     }
 
-    /// Writes `<prefix>.scales` and `.biases`.
+    /// Writes `<prefix>.scales` and `.biases` (row-major bytes given).
     fn write_groups(&self, w: &mut BundleWriter, prefix: &str) -> Result<u64> {
         let (_, groups) = Self::shapes(self.shape, self.bits, self.group_size);
-        let (scales, sd) = self.scales;
-        let (biases, bd) = self.biases;
-        w.add_tensor_bytes(TensorSpec::new(format!("{prefix}.scales"), sd, shape_u64(&groups)), scales)?;
-        w.add_tensor_bytes(TensorSpec::new(format!("{prefix}.biases"), bd, shape_u64(&groups)), biases)?;
-        Ok((scales.len() + biases.len()) as u64)
+        let group_count = groups.last().copied().unwrap_or(0);
+        for (part, (bytes, dtype)) in [("scales", self.scales), ("biases", self.biases)] {
+            let spec = TensorSpec::new(format!("{prefix}.{part}"), dtype, shape_u64(&groups));
+            if self.rows16() {
+                let blocks = rows16::from_row_major(bytes, group_count, dtype.size_bytes() as usize)
+                    .map_err(|e| CompileError::Options(format!("tensor {prefix}.{part}: {e}")))?;
+                w.add_tensor_bytes(spec.with_layout(LAYOUT_ROWS16), &blocks)?;
+            } else {
+                w.add_tensor_bytes(spec, bytes)?;
+            }
+        }
+        Ok((self.scales.0.len() + self.biases.0.len()) as u64)
     }
 
-    /// Writes the whole triple.
+    /// Writes the whole triple (row-major bytes given).
     fn write(&self, w: &mut BundleWriter, prefix: &str) -> Result<u64> {
-        let spec = Self::weight_spec(prefix, self.shape, self.bits, self.group_size);
-        w.add_tensor_bytes(spec, self.weight)?;
-        Ok(self.weight.len() as u64 + self.write_groups(w, prefix)?)
+        let bytes = self.write_streamed(w, prefix, std::iter::once(self.weight.to_vec()))?;
+        Ok(bytes + self.write_groups(w, prefix)?)
     }
 }
 
@@ -129,9 +182,10 @@ pub(super) fn write_floats<'a>(
     shape: &[usize],
     plan: &TensorPlan,
     chunks: impl Iterator<Item = Result<FloatTensor<'a>>>,
-    report: bool,
+    options: WriteOptions,
     mlx: &dyn Fn(mlxcel_mlx::Error) -> CompileError,
 ) -> Result<(u64, Option<f64>)> {
+    let report = options.report;
     let mut failure = None;
     match plan {
         TensorPlan::Float(dtype) => {
@@ -182,19 +236,22 @@ pub(super) fn write_floats<'a>(
                 }
             });
             let prefix = name.strip_suffix(".weight").unwrap_or(name);
-            let result = AffineParts::write_streamed(w, prefix, shape, *bits, *group_size, packed);
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            let weight_bytes = result?;
-            let parts = AffineParts {
+            let codes = AffineParts {
                 shape,
                 bits: *bits,
                 group_size: *group_size,
                 weight: &[],
-                scales: (&scales, BundleDtype::F32),
-                biases: (&biases, BundleDtype::F32),
+                scales: (&[], BundleDtype::F32),
+                biases: (&[], BundleDtype::F32),
+                layout: options.layout,
             };
+            let result = codes.write_streamed(w, prefix, packed);
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            let weight_bytes = result?;
+            let parts =
+                AffineParts { scales: (&scales, BundleDtype::F32), biases: (&biases, BundleDtype::F32), ..codes };
             let error = report.then(|| (err_num / err_den.max(1e-30)).sqrt());
             Ok((weight_bytes + parts.write_groups(w, prefix)?, error))
         }
@@ -206,7 +263,12 @@ pub(super) fn write_floats<'a>(
 
 /// Writes a loaded affine triple (kept from the source) as `<prefix>.weight`,
 /// `.scales` and `.biases`; returns the bytes written.
-pub(super) fn write_affine_tensor(w: &mut BundleWriter, prefix: &str, a: &AffineTensor<'_>) -> Result<u64> {
+pub(super) fn write_affine_tensor(
+    w: &mut BundleWriter,
+    prefix: &str,
+    a: &AffineTensor<'_>,
+    layout: WeightLayout,
+) -> Result<u64> {
     let parts = AffineParts {
         shape: &a.shape,
         bits: a.bits,
@@ -214,6 +276,7 @@ pub(super) fn write_affine_tensor(w: &mut BundleWriter, prefix: &str, a: &Affine
         weight: &a.weight,
         scales: (&a.scales.data, bundle_dtype(a.scales.dtype)),
         biases: (&a.biases.data, bundle_dtype(a.biases.dtype)),
+        layout,
     };
     parts.write(w, prefix)
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mlxcel_bundle::{Bundle, Dtype as BundleDtype, TensorView};
-use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized};
+use mlxcel_mlx::{Array, Dtype, QuantMode, Quantized, WeightLayout};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -236,20 +236,17 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// A bundle tensor's values as f32: floats converted, affine triples
-/// dequantized through MLX.
+/// A bundle tensor's values as f32: floats converted, affine triples (in
+/// either layout) dequantized through MLX.
 pub fn float_values(b: &Bundle, name: &str) -> Vec<f32> {
     let t = b.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
     let to_f32 = |v: TensorView<'_>| -> Vec<f32> {
+        let data = v.row_major_data().unwrap();
         match v.dtype() {
-            BundleDtype::F32 => {
-                v.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-            }
-            BundleDtype::F16 => {
-                v.data().chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-            }
+            BundleDtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            BundleDtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             BundleDtype::Bf16 => {
-                v.data().chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+                data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
             }
             other => panic!("{}: {other:?} is not float", v.name()),
         }
@@ -258,13 +255,15 @@ pub fn float_values(b: &Bundle, name: &str) -> Vec<f32> {
     let shape = |v: &TensorView<'_>| v.shape().iter().map(|&d| d as i32).collect::<Vec<_>>();
     let array = |v: TensorView<'_>| Array::from_slice(&to_f32(v), &shape(&v)).unwrap();
     let (s, bi) = (b.tensor(q.scales).unwrap(), b.tensor(q.biases.unwrap()).unwrap());
+    let codes = t.row_major_data().unwrap();
     let quantized = Quantized {
-        weight: Array::from_bytes(t.data(), &shape(&t), Dtype::U32).unwrap(),
+        weight: Array::from_bytes(&codes, &shape(&t), Dtype::U32).unwrap(),
         scales: array(s),
         biases: Some(array(bi)),
         group_size: q.group_size as i32,
         bits: q.bits as i32,
         mode: QuantMode::Affine,
+        layout: WeightLayout::RowMajor,
     };
     // -0.0 and +0.0 compare equal as floats but not as bytes; compare floats.
     quantized.dequantize(Some(Dtype::F32)).unwrap().to_vec::<f32>().unwrap()
