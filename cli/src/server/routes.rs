@@ -21,7 +21,7 @@ use crate::generate::{self, LoggedByHandler};
 use crate::metrics::RequestLabels;
 use crate::openai::{parse_object, typed};
 use crate::state::Shared;
-use crate::{auth, openai};
+use crate::{auth, openai, tools};
 
 /// The whole application.
 pub fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> anyhow::Result<Router> {
@@ -203,6 +203,7 @@ async fn apply_template(State(state): State<Shared>, body: Bytes) -> Result<Json
     let prompt = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {
         let template =
             model.chat_template.as_ref().ok_or_else(|| ApiError::invalid("the bundle has no chat template"))?;
+        let (messages, _) = tools::conversation(messages, None, openai::tool_format(&model));
         Ok(template.render(&messages, true, model.tokenizer.bos_text(), model.tokenizer.eos_text())?)
     })
     .await
