@@ -3,14 +3,18 @@
 //! required | a named function, `parallel_tool_calls`, calls returned as
 //! `message.tool_calls` and streamed as `delta.tool_calls`, tool results
 //! sent back and rendered, and the 400s. Neither model's template knows
-//! tools, so these run the documented fallback (a system-prompt preamble,
-//! calls in `<tool_call>` blocks), enforced by the calls' grammar.
+//! tools, so most tests run the documented fallback (a system-prompt
+//! preamble, calls in `<tool_call>` blocks), enforced by the calls'
+//! grammar; one stores a Hermes tool template (tests/data/hermes_tools.jinja,
+//! modelled on Qwen 2.5's) in the SmolLM2 bundle for the native path.
 //!
 //! The binaries are not dependencies of this crate: build them first
 //! (`cargo build -p mlxcel-cli -p mlxcel-compiler`).
 
+use std::process::Command;
+
 use mlxcel_tests::server::Server;
-use mlxcel_tests::{compile_gguf, smollm2_bundle};
+use mlxcel_tests::{compile_gguf, mlxcel_compile_bin, real_model, smollm2_bundle, workspace_root};
 use serde_json::{Map, Value, json};
 
 fn tools() -> Value {
@@ -211,20 +215,30 @@ fn a_streamed_forced_call_equals_the_whole_one() {
     }
 }
 
-#[test]
-fn a_tool_result_round_trip_renders_and_answers() {
-    let server = Server::start(smollm2_bundle(), &["--threads", "2"]);
-    let messages = json!([
+/// A conversation with a past call of get_weather and its `result`.
+fn round_trip(result: &str) -> Value {
+    json!([
         {"role": "user", "content": "What is the weather in Paris?"},
         {"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_abc", "type": "function",
              "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_abc", "content": "{\"temperature\": 18, \"sky\": \"cloudy\"}"}
-    ]);
-    // The template sees the call and the result as text.
+        {"role": "tool", "tool_call_id": "call_abc", "content": result}
+    ])
+}
+
+/// `messages` through the bundle's template (`/apply-template`).
+fn rendered(server: &Server, messages: &Value) -> String {
     let (status, body) = server.post("/apply-template", &json!({"messages": messages}));
     assert_eq!(status, 200, "{body}");
-    let prompt = body["prompt"].as_str().unwrap();
+    body["prompt"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_tool_result_round_trip_renders_and_answers() {
+    let server = Server::start(smollm2_bundle(), &["--threads", "2"]);
+    let messages = round_trip("{\"temperature\": 18, \"sky\": \"cloudy\"}");
+    // The template sees the call and the result as text.
+    let prompt = rendered(&server, &messages);
     assert!(
         prompt.contains(
             "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"unit\":\"celsius\"}}\n</tool_call><|im_end|>"
@@ -309,6 +323,50 @@ fn a_forced_call_on_gemma3() {
     let (status, body) = server.post(
         "/v1/chat/completions",
         &json!({"messages": messages, "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 16}),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A template that renders tools itself (Hermes markup) gets `tools`, the
+/// assistant's `tool_calls` and the `tool` results as they are.
+#[test]
+fn a_template_that_renders_tools_gets_them_natively() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("hermes.mlxb");
+    let template = workspace_root().join("tests/data/hermes_tools.jinja");
+    let out = Command::new(mlxcel_compile_bin())
+        .arg(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .args(["-o", bundle.to_str().unwrap(), "--quiet", "--chat-template", template.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let server = Server::start(&bundle, &["--threads", "2"]);
+    let messages = round_trip("18 C");
+    let prompt = rendered(&server, &messages);
+    // The template's own rendering: no preamble, its tojson of the arguments object.
+    assert!(!prompt.contains("You can call functions"), "{prompt}");
+    assert!(
+        prompt.contains(
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n18 C\n</tool_response><|im_end|>"
+        ),
+        "{prompt}"
+    );
+    // The tools reach the template (its system turn lists them): a longer prompt than without.
+    let ask = |extra: Value| server.post("/v1/chat/completions", &request("What is the weather in Paris?", extra));
+    let (status, none) = ask(json!({"tool_choice": "none", "max_tokens": 4}));
+    assert_eq!(status, 200, "{none}");
+    let (status, body) = ask(json!({"tool_choice": "required", "parallel_tool_calls": false}));
+    assert_eq!(status, 200, "{body}");
+    let tools_tokens = body["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(tools_tokens > none["usage"]["prompt_tokens"].as_u64().unwrap() + 100, "{body}\n{none}");
+    assert_eq!(choice(&body)["finish_reason"], "tool_calls", "{body}");
+    let calls = choice(&body)["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{body}");
+    check_call(&calls[0]);
+    // A round trip answers.
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "tools": tools(), "temperature": 0, "max_tokens": 16}),
     );
     assert_eq!(status, 200, "{body}");
 }
