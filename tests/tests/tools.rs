@@ -156,8 +156,8 @@ fn none_is_text_and_auto_is_text_or_calls() {
     }
 }
 
-/// The streamed calls, assembled from `delta.tool_calls` by index, and the
-/// finish reason.
+/// The streamed calls, assembled from `delta.tool_calls` by index (the
+/// first entry of a call has its id), the content, and the finish reason.
 fn assemble(chunks: &[String]) -> (Vec<(String, String)>, String, String) {
     let mut calls: Vec<(String, String)> = Vec::new();
     let mut content = String::new();
@@ -212,6 +212,9 @@ fn a_streamed_forced_call_equals_the_whole_one() {
         assert_eq!(calls, expected, "{chunks:?}");
         assert_eq!(content, "", "markup streamed as content: {chunks:?}");
         assert_eq!(reason, "tool_calls", "{chunks:?}");
+        // The arguments come as they are generated, in several entries.
+        let entries = chunks.iter().filter(|c| c.contains("\"tool_calls\"")).count();
+        assert!(entries > calls.len() + 1, "arguments sent whole: {chunks:?}");
     }
 }
 

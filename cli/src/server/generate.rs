@@ -29,7 +29,7 @@ use crate::errors::ApiError;
 use crate::openai::{self, Kind, Prepared};
 use crate::responses::{Envelope, TokenLogprob, finish_reason};
 use crate::state::Shared;
-use crate::tool_calls::{CallReader, Piece, delta_entry};
+use crate::tool_calls::{CallReader, Piece, assemble, delta};
 use crate::tools::Tools;
 
 /// Marks a response whose request the generation code logs itself (when
@@ -218,7 +218,12 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
                 let lp =
                     job.prepared.logprobs.map(|_| job.envelope.logprobs(&job.model.tokenizer, &logprobs, &mut offset));
                 let (text, calls) = match job.prepared.tools.as_ref().filter(|t| t.active()) {
-                    Some(tools) => read_calls(CallReader::new(tools.text_allowed()), &text),
+                    Some(tools) => {
+                        let mut reader = CallReader::new(tools.text_allowed());
+                        let mut pieces = reader.push(&text);
+                        pieces.extend(reader.finish());
+                        assemble(pieces)
+                    }
                     None => (text, Vec::new()),
                 };
                 let reason = reason_with_calls(reason, calls.len());
@@ -238,20 +243,6 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
             }
         }
     }
-}
-
-/// A whole answer's text read for calls: the text left, and the calls.
-fn read_calls(mut reader: CallReader, text: &str) -> (String, Vec<Value>) {
-    let mut content = String::new();
-    let mut calls = Vec::new();
-    let pieces = reader.push(text);
-    for piece in pieces.into_iter().chain(reader.finish()) {
-        match piece {
-            Piece::Text(t) => content.push_str(&t),
-            Piece::Call(_, c) => calls.push(c),
-        }
-    }
-    (content, calls)
 }
 
 /// A streamed answer's state.
@@ -297,12 +288,8 @@ impl Streaming {
     /// The chunks of what the call reader gave: text, or a call.
     fn pieces(&self, pieces: Vec<Piece>, out: &mut Vec<SseEvent>) {
         let usage = self.job.prepared.include_usage;
-        for piece in pieces {
-            let chunk = match piece {
-                Piece::Text(t) => self.job.envelope.chunk(false, Some(&t), None, None, usage),
-                Piece::Call(index, c) => self.job.envelope.tool_call_chunk(delta_entry(index, &c), usage),
-            };
-            out.push(data(&chunk));
+        for delta in pieces.into_iter().filter_map(delta) {
+            out.push(data(&self.job.envelope.delta_chunk(delta, usage)));
         }
     }
 

@@ -203,10 +203,9 @@ impl Envelope {
         self.chunk_of(choice, include_usage)
     }
 
-    /// A chat chunk whose delta is the call `entry` (`delta.tool_calls`,
-    /// with its index: [`crate::tool_calls::delta_entry`]).
-    pub fn tool_call_chunk(&self, entry: Value, include_usage: bool) -> Value {
-        let choice = json!({"index": 0, "delta": {"tool_calls": [entry]}, "logprobs": null, "finish_reason": null});
+    /// A chat chunk with the delta `delta` ([`crate::tool_calls::delta`]).
+    pub fn delta_chunk(&self, delta: Value, include_usage: bool) -> Value {
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
         self.chunk_of(choice, include_usage)
     }
 

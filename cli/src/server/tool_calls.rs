@@ -1,14 +1,23 @@
 //! Reading tool calls back out of the generated text, whole or as it
-//! streams: [`CallReader`] takes the text piece by piece and gives text to
-//! show and calls, each as soon as its block is complete, in OpenAI's shape
-//! (`{"id": "call_...", "type": "function", "function": {"name",
-//! "arguments"}}`, the arguments a JSON string).
+//! streams. [`CallReader`] takes the text piece by piece and gives
+//! [`Piece`]s: text to show, and calls as they are written (a call's start
+//! with its id and name as soon as the name is complete, then its
+//! arguments' JSON text as it comes, then its end), which [`delta`] turns
+//! into streamed `delta.tool_calls` entries and [`assemble`] into a whole
+//! answer's `message.tool_calls` (OpenAI's shape: `{"id": "call_...",
+//! "type": "function", "function": {"name", "arguments"}}`, the arguments
+//! the JSON text the model wrote).
 //!
 //! A forced call (`required`, a named function) is read from the first
 //! byte; under `auto` the text is held until it either opens a call block
-//! (then it is read as calls) or cannot (then it is text, passed on). Markup
-//! is never returned as content once calls are being read: a block cut
-//! short (the token budget, a stop string) is dropped.
+//! (then it is read as calls) or cannot (then it is text, passed on).
+//! Markup is never returned as content once calls are being read. The
+//! calls' grammar fixes their layout (`<tool_call>\n{"name": "f",
+//! "arguments": ARGS}\n</tool_call>`, ARGS compact JSON, so with no raw
+//! newline); text that leaves it (which the grammar does not allow) ends
+//! the reading. A whole answer keeps only complete calls; a stream has
+//! already sent the start of a call cut short (the token budget), as
+//! OpenAI's do.
 
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -23,8 +32,12 @@ enum Mode {
     Undecided,
     /// Free text.
     Text,
-    /// Call blocks.
+    /// Between call blocks.
     Calls,
+    /// Inside call `index`'s arguments.
+    Arguments { index: usize },
+    /// The text left the calls' layout: nothing more is read.
+    Stopped,
 }
 
 /// One piece of the answer, in order.
@@ -32,57 +45,150 @@ enum Mode {
 pub enum Piece {
     /// Text to show as content.
     Text(String),
-    /// A complete call, in OpenAI's shape, and its index in the answer.
-    Call(usize, Value),
+    /// Call `index` begins (its arguments follow).
+    Start { index: usize, id: String, name: String },
+    /// More of call `index`'s arguments (JSON text).
+    Arguments { index: usize, text: String },
+    /// Call `index` is complete.
+    End { index: usize },
 }
 
 /// Reads one answer's text.
 pub struct CallReader {
     mode: Mode,
-    /// Text not yet given out: all of it while undecided, else the call
-    /// block being written.
+    /// Text not yet given out: all of it while undecided, else the part of
+    /// a call block that is not decided yet.
     held: String,
-    /// Calls given out so far.
+    /// Calls begun so far.
+    started: usize,
+    /// Calls completed so far.
     pub calls: usize,
+}
+
+/// What follows [`CALL_OPEN`] up to the function's name.
+const NAME_HEAD: &str = "\n{\"name\": \"";
+/// What follows the name up to the arguments.
+const ARGUMENTS_HEAD: &str = "\", \"arguments\": ";
+
+/// What ends a call block after its arguments.
+fn call_tail() -> String {
+    format!("}}\n{CALL_CLOSE}")
+}
+
+/// How far a call's head (`<tool_call>\n{"name": "f", "arguments": `) is
+/// written at the start of `text` (after whitespace).
+enum Head {
+    /// Not complete yet, but still a head.
+    Partial,
+    /// Complete: the function's name and the bytes the head takes.
+    Complete(String, usize),
+    /// Not a call's head.
+    Not,
+}
+
+fn head(text: &str) -> Head {
+    // Each part must be matched whole, or be what the text ends with.
+    fn part<'a>(rest: &'a str, expected: &str) -> Result<&'a str, Head> {
+        match rest.strip_prefix(expected) {
+            Some(after) => Ok(after),
+            None if expected.starts_with(rest) => Err(Head::Partial),
+            None => Err(Head::Not),
+        }
+    }
+    let start = text.len() - text.trim_start().len();
+    let after_open = match part(&text[start..], CALL_OPEN).and_then(|r| part(r, NAME_HEAD)) {
+        Ok(after) => after,
+        Err(head) => return head,
+    };
+    // Names are [A-Za-z0-9_-]: no escapes before the closing quote.
+    let Some(end) = after_open.find('"') else {
+        return Head::Partial;
+    };
+    let name = &after_open[..end];
+    match part(&after_open[end..], ARGUMENTS_HEAD) {
+        Ok(after) => Head::Complete(name.to_string(), text.len() - after.len()),
+        Err(head) => head,
+    }
 }
 
 impl CallReader {
     /// A reader for an answer that may be text (`auto`) or must be calls.
     pub fn new(text_allowed: bool) -> CallReader {
-        CallReader { mode: if text_allowed { Mode::Undecided } else { Mode::Calls }, held: String::new(), calls: 0 }
+        let mode = if text_allowed { Mode::Undecided } else { Mode::Calls };
+        CallReader { mode, held: String::new(), started: 0, calls: 0 }
     }
 
     /// Takes the next piece of text; gives what is decided.
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         let mut out = Vec::new();
-        if self.mode == Mode::Text {
-            if !text.is_empty() {
-                out.push(Piece::Text(text.to_string()));
+        match self.mode {
+            Mode::Text if !text.is_empty() => out.push(Piece::Text(text.to_string())),
+            Mode::Text | Mode::Stopped => {}
+            Mode::Undecided => {
+                self.held.push_str(text);
+                if self.held.starts_with(CALL_OPEN) {
+                    self.mode = Mode::Calls;
+                    self.read_calls(&mut out);
+                } else if !CALL_OPEN.starts_with(self.held.as_str()) {
+                    self.mode = Mode::Text;
+                    out.push(Piece::Text(std::mem::take(&mut self.held)));
+                }
             }
-            return out;
-        }
-        self.held.push_str(text);
-        if self.mode == Mode::Undecided {
-            if self.held.starts_with(CALL_OPEN) {
-                self.mode = Mode::Calls;
-            } else if !CALL_OPEN.starts_with(self.held.as_str()) {
-                self.mode = Mode::Text;
-                out.push(Piece::Text(std::mem::take(&mut self.held)));
-                return out;
-            } else {
-                return out;
+            Mode::Calls | Mode::Arguments { .. } => {
+                self.held.push_str(text);
+                self.read_calls(&mut out);
             }
-        }
-        while let Some((call, used)) = next_call(&self.held) {
-            self.held.drain(..used);
-            out.push(Piece::Call(self.calls, openai_call(call)));
-            self.calls += 1;
         }
         out
     }
 
+    /// Reads what the held text decides: heads, arguments, ends.
+    fn read_calls(&mut self, out: &mut Vec<Piece>) {
+        loop {
+            match self.mode {
+                Mode::Calls => match head(&self.held) {
+                    Head::Partial => return,
+                    Head::Not => {
+                        self.mode = Mode::Stopped;
+                        self.held.clear();
+                        return;
+                    }
+                    Head::Complete(name, used) => {
+                        self.held.drain(..used);
+                        let index = self.started;
+                        self.started += 1;
+                        out.push(Piece::Start { index, id: call_id(), name });
+                        self.mode = Mode::Arguments { index };
+                    }
+                },
+                Mode::Arguments { index } => {
+                    let tail = call_tail();
+                    if let Some(end) = self.held.find(&tail) {
+                        let text: String = self.held.drain(..end).collect();
+                        self.held.drain(..tail.len());
+                        if !text.is_empty() {
+                            out.push(Piece::Arguments { index, text });
+                        }
+                        out.push(Piece::End { index });
+                        self.calls += 1;
+                        self.mode = Mode::Calls;
+                        continue;
+                    }
+                    // Everything but what may begin the tail.
+                    let keep = (1..tail.len()).rev().find(|&k| self.held.ends_with(&tail[..k])).unwrap_or(0);
+                    let text: String = self.held.drain(..self.held.len() - keep).collect();
+                    if !text.is_empty() {
+                        out.push(Piece::Arguments { index, text });
+                    }
+                    return;
+                }
+                _ => return,
+            }
+        }
+    }
+
     /// The end of the answer: text still held while undecided is text; a
-    /// call block left incomplete is dropped.
+    /// call left incomplete stays so.
     pub fn finish(&mut self) -> Vec<Piece> {
         let held = std::mem::take(&mut self.held);
         match self.mode {
@@ -92,42 +198,58 @@ impl CallReader {
     }
 }
 
-/// A call in OpenAI's shape, with a fresh id.
-fn openai_call((name, arguments): (String, String)) -> Value {
-    json!({"id": call_id(), "type": "function", "function": {"name": name, "arguments": arguments}})
-}
-
-/// The first complete call block of `text` (after whitespace): its name,
-/// its arguments as JSON text, and the bytes it takes.
-fn next_call(text: &str) -> Option<((String, String), usize)> {
-    let start = text.len() - text.trim_start().len();
-    let rest = text[start..].strip_prefix(CALL_OPEN)?;
-    let end = rest.find(CALL_CLOSE)?;
-    let used = start + CALL_OPEN.len() + end + CALL_CLOSE.len();
-    let call: Value = serde_json::from_str(rest[..end].trim()).ok()?;
-    let name = call.get("name")?.as_str()?.to_string();
-    let arguments = call.get("arguments").filter(|a| a.is_object())?.to_string();
-    Some(((name, arguments), used))
-}
-
 /// A call's id: `call_` and 24 random letters and digits.
 fn call_id() -> String {
     let tail: String = rand::rng().sample_iter(&Alphanumeric).take(24).map(char::from).collect();
     format!("call_{tail}")
 }
 
-/// A call as a streamed `delta.tool_calls` entry (with its index).
-pub fn delta_entry(index: usize, call: &Value) -> Value {
-    let mut entry = call.clone();
-    entry["index"] = index.into();
-    entry
+/// A piece as a streamed chat delta: `{"content"}` or `{"tool_calls":
+/// [entry]}` (a call's first entry has its id, type and name); `None` for
+/// a call's end.
+pub fn delta(piece: Piece) -> Option<Value> {
+    match piece {
+        Piece::Text(text) => Some(json!({"content": text})),
+        Piece::Start { index, id, name } => Some(json!({"tool_calls": [
+            {"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]})),
+        Piece::Arguments { index, text } => {
+            Some(json!({"tool_calls": [{"index": index, "function": {"arguments": text}}]}))
+        }
+        Piece::End { .. } => None,
+    }
+}
+
+/// A whole answer's pieces as its content and its complete calls.
+pub fn assemble(pieces: Vec<Piece>) -> (String, Vec<Value>) {
+    let mut content = String::new();
+    let mut calls: Vec<(Value, bool)> = Vec::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => content.push_str(&text),
+            Piece::Start { id, name, .. } => {
+                calls.push((json!({"id": id, "type": "function", "function": {"name": name, "arguments": ""}}), false))
+            }
+            Piece::Arguments { index, text } => {
+                if let Some((call, _)) = calls.get_mut(index) {
+                    let arguments = format!("{}{text}", call["function"]["arguments"].as_str().unwrap_or(""));
+                    call["function"]["arguments"] = arguments.into();
+                }
+            }
+            Piece::End { index } => {
+                if let Some((_, ended)) = calls.get_mut(index) {
+                    *ended = true;
+                }
+            }
+        }
+    }
+    (content, calls.into_iter().filter(|(_, ended)| *ended).map(|(call, _)| call).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const CALL: &str = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+    const CALL: &str = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": {\"b\": \"}\"}}}\n</tool_call>";
 
     fn read(text_allowed: bool, pieces: &[&str]) -> Vec<Piece> {
         let mut reader = CallReader::new(text_allowed);
@@ -136,36 +258,49 @@ mod tests {
         out
     }
 
-    fn call_of(piece: &Piece) -> (String, String) {
-        let Piece::Call(_, c) = piece else { panic!("{piece:?}") };
-        assert!(c["id"].as_str().unwrap().starts_with("call_") && c["type"] == "function", "{c}");
-        (c["function"]["name"].as_str().unwrap().into(), c["function"]["arguments"].as_str().unwrap().into())
-    }
-
     #[test]
     fn calls_are_read_whole_or_piece_by_piece() {
         let two = format!("{CALL}\n{CALL}");
-        for pieces in [vec![two.as_str()], two.split_inclusive(['{', '\n', '"']).collect()] {
+        let bytes: Vec<String> = two.chars().map(String::from).collect();
+        let splits: [Vec<&str>; 3] = [
+            vec![two.as_str()],
+            two.split_inclusive(['{', '\n', '"', '}']).collect(),
+            bytes.iter().map(String::as_str).collect(),
+        ];
+        for pieces in splits {
             for text_allowed in [false, true] {
                 let out = read(text_allowed, &pieces);
-                assert_eq!(out.len(), 2, "{out:?}");
-                assert!(matches!((&out[0], &out[1]), (Piece::Call(0, _), Piece::Call(1, _))), "{out:?}");
-                assert_eq!(call_of(&out[0]), ("f".into(), r#"{"a":1}"#.into()));
-                assert_eq!(call_of(&out[1]), ("f".into(), r#"{"a":1}"#.into()));
+                let (content, calls) = assemble(out.clone());
+                assert_eq!(content, "", "{out:?}");
+                assert_eq!(calls.len(), 2, "{out:?}");
+                for call in &calls {
+                    assert!(call["id"].as_str().unwrap().starts_with("call_") && call["type"] == "function", "{call}");
+                    assert_eq!(call["function"]["name"], "f");
+                    assert_eq!(call["function"]["arguments"], r#"{"a": {"b": "}"}}"#);
+                }
+                assert_ne!(calls[0]["id"], calls[1]["id"]);
+                // Streamed: the start first, with the name; then only arguments.
+                let deltas: Vec<Value> = out.into_iter().filter_map(delta).collect();
+                assert_eq!(deltas[0]["tool_calls"][0]["function"]["name"], "f", "{deltas:?}");
+                assert!(deltas.iter().all(|d| d.get("content").is_none()), "{deltas:?}");
             }
         }
     }
 
     #[test]
-    fn auto_text_is_passed_on_and_cut_calls_are_dropped() {
+    fn auto_text_is_passed_on_and_cut_calls_are_not_answers() {
         assert_eq!(read(true, &["<tool", " is a word"]), [Piece::Text("<tool is a word".into())]);
         assert_eq!(read(true, &["<tool"]), [Piece::Text("<tool".into())]);
         assert_eq!(read(true, &["Hello", " there"]), [Piece::Text("Hello".into()), Piece::Text(" there".into())]);
-        // Cut short: no call and no markup.
-        assert!(read(true, &["<tool_call>\n{\"name\": \"f\""]).is_empty());
+        // Cut short: streamed as far as written, no call in a whole answer, no markup.
+        let cut = read(true, &["<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1"]);
+        assert!(matches!(&cut[..], [Piece::Start { .. }, Piece::Arguments { .. }]), "{cut:?}");
+        assert_eq!(assemble(cut), (String::new(), Vec::new()));
         assert!(read(false, &[&CALL[..20]]).is_empty());
+        // Text that leaves the layout ends the reading.
+        assert!(read(false, &["<tool_call>\n[1]"]).is_empty());
         let mut reader = CallReader::new(false);
-        assert_eq!(reader.push(CALL).len(), 1);
+        assert_eq!(assemble(reader.push(CALL)).1.len(), 1);
         assert_eq!(reader.calls, 1);
     }
 }
