@@ -254,6 +254,16 @@ fn a_tool_result_round_trip_renders_and_answers() {
         ),
         "{prompt}"
     );
+    // With tools, the fallback's preamble is the system turn (SmolLM2's
+    // default system prompt gives way); without, the default stays.
+    let (status, body) = server.post("/apply-template", &json!({"messages": messages, "tools": tools()}));
+    assert_eq!(status, 200, "{body}");
+    let with_tools = body["prompt"].as_str().unwrap();
+    assert!(with_tools.starts_with("<|im_start|>system\nYou can call functions (tools)."), "{with_tools}");
+    assert!(with_tools.contains("\"name\":\"get_weather\"") && with_tools.contains("\"name\":\"add\""), "{with_tools}");
+    assert!(prompt.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"), "{prompt}");
+    let none = json!({"messages": messages, "tools": tools(), "tool_choice": "none"});
+    assert_eq!(server.post("/apply-template", &none).1["prompt"], prompt, "tool_choice none renders no tools");
     let body = json!({"messages": messages, "tools": tools(), "temperature": 0, "max_tokens": 32});
     let (status, body) = server.post("/v1/chat/completions", &body);
     assert_eq!(status, 200, "{body}");
@@ -354,7 +364,13 @@ fn a_template_that_renders_tools_gets_them_natively() {
         ),
         "{prompt}"
     );
-    // The tools reach the template (its system turn lists them): a longer prompt than without.
+    // The tools reach the template: its system turn lists them, no preamble.
+    let (status, body) = server.post("/apply-template", &json!({"messages": messages, "tools": tools()}));
+    assert_eq!(status, 200, "{body}");
+    let with_tools = body["prompt"].as_str().unwrap();
+    assert!(with_tools.starts_with("<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n"), "{with_tools}");
+    assert!(with_tools.contains("get_weather") && !with_tools.contains("You can call functions"), "{with_tools}");
+    // And to the chat route: a longer prompt than without.
     let ask = |extra: Value| server.post("/v1/chat/completions", &request("What is the weather in Paris?", extra));
     let (status, none) = ask(json!({"tool_choice": "none", "max_tokens": 4}));
     assert_eq!(status, 200, "{none}");
