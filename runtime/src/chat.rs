@@ -63,6 +63,11 @@ pub enum ToolFormat {
     /// {...}}\n</tool_call>` (Hermes, Qwen 2.5 and 3): its source uses both
     /// `tools` and `<tool_call>`.
     Hermes,
+    /// The template renders `tools`, assistant `tool_calls` and `tool`
+    /// messages itself, and a call is one bare `{"name": ..., "parameters":
+    /// {...}}` (Llama 3.1 and 3.2): its source uses `tools` and `ipython`
+    /// (the role of tool results) and no `<tool_call>`.
+    Llama3,
     /// The template knows nothing of tools (SmolLM2, Gemma 3): whoever
     /// offers tools describes them in the prompt and renders calls and
     /// results as text, in the Hermes markup.
@@ -87,10 +92,10 @@ impl ChatTemplate {
             Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_template_owned("chat", source.to_string()).map_err(|e| Error::ChatTemplate(describe(&e)))?;
-        let tool_format = if source.contains("tools") && source.contains("<tool_call>") {
-            ToolFormat::Hermes
-        } else {
-            ToolFormat::None
+        let tool_format = match (source.contains("tools"), source.contains("<tool_call>"), source.contains("ipython")) {
+            (true, true, _) => ToolFormat::Hermes,
+            (true, false, true) => ToolFormat::Llama3,
+            _ => ToolFormat::None,
         };
         Ok(ChatTemplate { env, tool_format })
     }
@@ -266,6 +271,8 @@ mod tests {
         assert_eq!(t.render(&[Message::new("user", "go")], false, None, None).unwrap(), "user:go|");
         let plain = ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
         assert_eq!(plain.tool_format(), ToolFormat::None);
+        let llama = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{% if m.role == 'tool' %}ipython{% endif %}{% endfor %}";
+        assert_eq!(ChatTemplate::new(llama).unwrap().tool_format(), ToolFormat::Llama3);
     }
 
     #[test]

@@ -340,20 +340,25 @@ fn a_forced_call_on_gemma3() {
     assert_eq!(status, 200, "{body}");
 }
 
-/// A template that renders tools itself (Hermes markup) gets `tools`, the
-/// assistant's `tool_calls` and the `tool` results as they are.
-#[test]
-fn a_template_that_renders_tools_gets_them_natively() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = dir.path().join("hermes.mlxb");
-    let template = workspace_root().join("tests/data/hermes_tools.jinja");
+/// The SmolLM2 bundle with the chat template tests/data/`template`, in `dir`.
+fn with_template(dir: &std::path::Path, template: &str) -> std::path::PathBuf {
+    let bundle = dir.join("model.mlxb");
+    let template = workspace_root().join("tests/data").join(template);
     let out = Command::new(mlxcel_compile_bin())
         .arg(real_model("SmolLM2-135M-Instruct.Q4_1.gguf"))
         .args(["-o", bundle.to_str().unwrap(), "--quiet", "--chat-template", template.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let server = Server::start(&bundle, &["--threads", "2"]);
+    bundle
+}
+
+/// A template that renders tools itself (Hermes markup) gets `tools`, the
+/// assistant's `tool_calls` and the `tool` results as they are.
+#[test]
+fn a_template_that_renders_tools_gets_them_natively() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&with_template(dir.path(), "hermes_tools.jinja"), &["--threads", "2"]);
     let messages = round_trip("18 C");
     let prompt = rendered(&server, &messages);
     // The template's own rendering: no preamble, its tojson of the arguments object.
@@ -383,6 +388,51 @@ fn a_template_that_renders_tools_gets_them_natively() {
     assert_eq!(calls.len(), 1, "{body}");
     check_call(&calls[0]);
     // A round trip answers.
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "tools": tools(), "temperature": 0, "max_tokens": 16}),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A Llama 3 template (tests/data/llama3_tools.jinja, modelled on Llama
+/// 3.1's): tools given to it, a call as one bare `{"name", "parameters"}`
+/// object (enforced, one call even with parallel calls allowed), the
+/// history rendered by it, streamed and whole alike.
+#[test]
+fn a_llama3_template_gets_bare_json_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&with_template(dir.path(), "llama3_tools.jinja"), &["--threads", "2"]);
+    let messages = round_trip("18 C");
+    let (status, body) = server.post("/apply-template", &json!({"messages": messages, "tools": tools()}));
+    assert_eq!(status, 200, "{body}");
+    let prompt = body["prompt"].as_str().unwrap();
+    assert!(prompt.contains("Environment: ipython\n") && !prompt.contains("You can call functions"), "{prompt}");
+    assert!(
+        prompt.contains(
+            "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n18 C<|eot_id|>"
+        ),
+        "{prompt}"
+    );
+    for extra in
+        [json!({"tool_choice": "required"}), json!({"tool_choice": {"type": "function", "function": {"name": "add"}}})]
+    {
+        let body = request("What is the weather in Paris?", extra);
+        let (status, whole) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{whole}");
+        assert_eq!(choice(&whole)["finish_reason"], "tool_calls", "{whole}");
+        let calls = choice(&whole)["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{whole}");
+        let (name, _) = check_call(&calls[0]);
+        let mut streamed = body.clone();
+        streamed["stream"] = true.into();
+        let (status, chunks) = server.post_stream("/v1/chat/completions", &streamed);
+        assert_eq!(status, 200, "{chunks:?}");
+        let (streamed_calls, content, reason) = assemble(&chunks);
+        let arguments = calls[0]["function"]["arguments"].as_str().unwrap().to_string();
+        assert_eq!(streamed_calls, [(name, arguments)], "{chunks:?}");
+        assert_eq!((content.as_str(), reason.as_str()), ("", "tool_calls"), "{chunks:?}");
+    }
     let (status, body) = server.post(
         "/v1/chat/completions",
         &json!({"messages": messages, "tools": tools(), "temperature": 0, "max_tokens": 16}),

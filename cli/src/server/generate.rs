@@ -219,7 +219,7 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
                     job.prepared.logprobs.map(|_| job.envelope.logprobs(&job.model.tokenizer, &logprobs, &mut offset));
                 let (text, calls) = match job.prepared.tools.as_ref().filter(|t| t.active()) {
                     Some(tools) => {
-                        let mut reader = CallReader::new(tools.text_allowed());
+                        let mut reader = CallReader::new(tools.layout, tools.text_allowed());
                         let mut pieces = reader.push(&text);
                         pieces.extend(reader.finish());
                         assemble(pieces)
@@ -357,7 +357,7 @@ impl Streaming {
 /// request.
 fn stream(job: Job, first: Event) -> Response {
     let offset = job.prepared.prompt_chars;
-    let calls = job.prepared.tools.as_ref().filter(|t| t.active()).map(|t| CallReader::new(t.text_allowed()));
+    let calls = job.prepared.tools.as_ref().filter(|t| t.active()).map(|t| CallReader::new(t.layout, t.text_allowed()));
     let state = Streaming { job, first: Some(first), role_sent: false, offset, calls };
     let events = futures_util::stream::unfold((state, false), |(mut state, ended)| async move {
         if ended {

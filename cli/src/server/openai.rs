@@ -496,7 +496,7 @@ pub fn chat(body: &[u8], model: &ModelInfo) -> Result<Prepared, ApiError> {
         (true, k) => Some(k.unwrap_or(0) as usize),
         (false, None) => None,
     };
-    let tools = tools::parse(&object)?;
+    let tools = tools::parse(&object)?.map(|t| t.for_template(tool_format(model)));
     let active = tools.as_ref().is_some_and(Tools::active);
     if active && common.response_format.as_ref().is_some_and(|f| !matches!(f, ResponseFormat::Text)) {
         return Err(ApiError::unsupported(

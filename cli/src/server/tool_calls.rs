@@ -12,10 +12,12 @@
 //! byte; under `auto` the text is held until it either opens a call block
 //! (then it is read as calls) or cannot (then it is text, passed on).
 //! Markup is never returned as content once calls are being read. The
-//! calls' grammar fixes their layout (`<tool_call>\n{"name": "f",
-//! "arguments": ARGS}\n</tool_call>`, ARGS compact JSON, so with no raw
-//! newline); text that leaves it (which the grammar does not allow) ends
-//! the reading. A whole answer keeps only complete calls; a stream has
+//! calls' grammar fixes their layout ([`CallLayout`]: `<tool_call>\n{"name":
+//! "f", "arguments": ARGS}\n</tool_call>` or Llama 3's `{"name": "f",
+//! "parameters": ARGS}`, ARGS compact JSON, so with no raw newline); text
+//! that leaves it (which the grammar does not allow) ends the reading. A
+//! Hermes call ends at its closing tag; a Llama 3 call, which has none, at
+//! the end of the answer. A whole answer keeps only complete calls; a stream has
 //! already sent the start of a call cut short (the token budget), as
 //! OpenAI's do.
 
@@ -23,7 +25,7 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use serde_json::{Value, json};
 
-use mlxcel_runtime::tool_grammar::{CALL_CLOSE, CALL_OPEN};
+use mlxcel_runtime::tool_grammar::CallLayout;
 
 /// What the reader makes of the text so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +57,10 @@ pub enum Piece {
 
 /// Reads one answer's text.
 pub struct CallReader {
+    layout: &'static CallLayout,
     mode: Mode,
+    /// The current call's arguments given out so far.
+    arguments: String,
     /// Text not yet given out: all of it while undecided, else the part of
     /// a call block that is not decided yet.
     held: String,
@@ -63,16 +68,6 @@ pub struct CallReader {
     started: usize,
     /// Calls completed so far.
     pub calls: usize,
-}
-
-/// What follows [`CALL_OPEN`] up to the function's name.
-const NAME_HEAD: &str = "\n{\"name\": \"";
-/// What follows the name up to the arguments.
-const ARGUMENTS_HEAD: &str = "\", \"arguments\": ";
-
-/// What ends a call block after its arguments.
-fn call_tail() -> String {
-    format!("}}\n{CALL_CLOSE}")
 }
 
 /// How far a call's head (`<tool_call>\n{"name": "f", "arguments": `) is
@@ -86,7 +81,7 @@ enum Head {
     Not,
 }
 
-fn head(text: &str) -> Head {
+fn head(layout: &CallLayout, text: &str) -> Head {
     // Each part must be matched whole, or be what the text ends with.
     fn part<'a>(rest: &'a str, expected: &str) -> Result<&'a str, Head> {
         match rest.strip_prefix(expected) {
@@ -96,7 +91,7 @@ fn head(text: &str) -> Head {
         }
     }
     let start = text.len() - text.trim_start().len();
-    let after_open = match part(&text[start..], CALL_OPEN).and_then(|r| part(r, NAME_HEAD)) {
+    let after_open = match part(&text[start..], &layout.name_head()) {
         Ok(after) => after,
         Err(head) => return head,
     };
@@ -105,17 +100,18 @@ fn head(text: &str) -> Head {
         return Head::Partial;
     };
     let name = &after_open[..end];
-    match part(&after_open[end..], ARGUMENTS_HEAD) {
+    match part(&after_open[end..], &layout.arguments_head()) {
         Ok(after) => Head::Complete(name.to_string(), text.len() - after.len()),
         Err(head) => head,
     }
 }
 
 impl CallReader {
-    /// A reader for an answer that may be text (`auto`) or must be calls.
-    pub fn new(text_allowed: bool) -> CallReader {
+    /// A reader for an answer in `layout` that may be text (`auto`) or
+    /// must be calls.
+    pub fn new(layout: &'static CallLayout, text_allowed: bool) -> CallReader {
         let mode = if text_allowed { Mode::Undecided } else { Mode::Calls };
-        CallReader { mode, held: String::new(), started: 0, calls: 0 }
+        CallReader { layout, mode, arguments: String::new(), held: String::new(), started: 0, calls: 0 }
     }
 
     /// Takes the next piece of text; gives what is decided.
@@ -126,10 +122,11 @@ impl CallReader {
             Mode::Text | Mode::Stopped => {}
             Mode::Undecided => {
                 self.held.push_str(text);
-                if self.held.starts_with(CALL_OPEN) {
+                let marker = self.layout.marker;
+                if self.held.starts_with(marker) {
                     self.mode = Mode::Calls;
                     self.read_calls(&mut out);
-                } else if !CALL_OPEN.starts_with(self.held.as_str()) {
+                } else if !marker.starts_with(self.held.as_str()) {
                     self.mode = Mode::Text;
                     out.push(Piece::Text(std::mem::take(&mut self.held)));
                 }
@@ -146,7 +143,7 @@ impl CallReader {
     fn read_calls(&mut self, out: &mut Vec<Piece>) {
         loop {
             match self.mode {
-                Mode::Calls => match head(&self.held) {
+                Mode::Calls => match head(self.layout, &self.held) {
                     Head::Partial => return,
                     Head::Not => {
                         self.mode = Mode::Stopped;
@@ -162,24 +159,23 @@ impl CallReader {
                     }
                 },
                 Mode::Arguments { index } => {
-                    let tail = call_tail();
-                    if let Some(end) = self.held.find(&tail) {
+                    let tail = self.layout.tail();
+                    // A tail with a closing tag ends the call where it
+                    // stands (the arguments have no raw newline); a bare
+                    // `}` only at the end of the answer.
+                    if !self.layout.after.is_empty()
+                        && let Some(end) = self.held.find(&tail)
+                    {
                         let text: String = self.held.drain(..end).collect();
                         self.held.drain(..tail.len());
-                        if !text.is_empty() {
-                            out.push(Piece::Arguments { index, text });
-                        }
-                        out.push(Piece::End { index });
-                        self.calls += 1;
-                        self.mode = Mode::Calls;
+                        self.arguments_piece(index, text, out);
+                        self.end(index, out);
                         continue;
                     }
                     // Everything but what may begin the tail.
-                    let keep = (1..tail.len()).rev().find(|&k| self.held.ends_with(&tail[..k])).unwrap_or(0);
+                    let keep = (1..=tail.len()).rev().find(|&k| self.held.ends_with(&tail[..k])).unwrap_or(0);
                     let text: String = self.held.drain(..self.held.len() - keep).collect();
-                    if !text.is_empty() {
-                        out.push(Piece::Arguments { index, text });
-                    }
+                    self.arguments_piece(index, text, out);
                     return;
                 }
                 _ => return,
@@ -187,14 +183,40 @@ impl CallReader {
         }
     }
 
+    fn arguments_piece(&mut self, index: usize, text: String, out: &mut Vec<Piece>) {
+        if !text.is_empty() {
+            self.arguments.push_str(&text);
+            out.push(Piece::Arguments { index, text });
+        }
+    }
+
+    fn end(&mut self, index: usize, out: &mut Vec<Piece>) {
+        out.push(Piece::End { index });
+        self.arguments.clear();
+        self.calls += 1;
+        self.mode = Mode::Calls;
+    }
+
     /// The end of the answer: text still held while undecided is text; a
-    /// call left incomplete stays so.
+    /// call whose layout has no closing tag ends here when what is held is
+    /// its tail and its arguments are a whole JSON object; a call left
+    /// incomplete stays so.
     pub fn finish(&mut self) -> Vec<Piece> {
         let held = std::mem::take(&mut self.held);
+        let mut out = Vec::new();
         match self.mode {
-            Mode::Undecided if !held.is_empty() => vec![Piece::Text(held)],
-            _ => Vec::new(),
+            Mode::Undecided if !held.is_empty() => out.push(Piece::Text(held)),
+            Mode::Arguments { index } if held == self.layout.tail() => {
+                if serde_json::from_str::<serde_json::Map<String, Value>>(&self.arguments).is_ok() {
+                    self.end(index, &mut out);
+                } else {
+                    self.arguments_piece(index, held, &mut out);
+                }
+            }
+            Mode::Arguments { index } => self.arguments_piece(index, held, &mut out),
+            _ => {}
         }
+        out
     }
 }
 
@@ -247,12 +269,18 @@ pub fn assemble(pieces: Vec<Piece>) -> (String, Vec<Value>) {
 
 #[cfg(test)]
 mod tests {
+    use mlxcel_runtime::tool_grammar::{HERMES, LLAMA3};
+
     use super::*;
 
     const CALL: &str = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": {\"b\": \"}\"}}}\n</tool_call>";
 
     fn read(text_allowed: bool, pieces: &[&str]) -> Vec<Piece> {
-        let mut reader = CallReader::new(text_allowed);
+        read_in(&HERMES, text_allowed, pieces)
+    }
+
+    fn read_in(layout: &'static CallLayout, text_allowed: bool, pieces: &[&str]) -> Vec<Piece> {
+        let mut reader = CallReader::new(layout, text_allowed);
         let mut out: Vec<Piece> = pieces.iter().flat_map(|p| reader.push(p)).collect();
         out.extend(reader.finish());
         out
@@ -299,8 +327,26 @@ mod tests {
         assert!(read(false, &[&CALL[..20]]).is_empty());
         // Text that leaves the layout ends the reading.
         assert!(read(false, &["<tool_call>\n[1]"]).is_empty());
-        let mut reader = CallReader::new(false);
+        let mut reader = CallReader::new(&HERMES, false);
         assert_eq!(assemble(reader.push(CALL)).1.len(), 1);
         assert_eq!(reader.calls, 1);
+    }
+
+    #[test]
+    fn a_llama3_call_ends_with_the_answer() {
+        let call = r#"{"name": "f", "parameters": {"a": {"b": 1}}}"#;
+        let bytes: Vec<String> = call.chars().map(String::from).collect();
+        for pieces in [vec![call], bytes.iter().map(String::as_str).collect()] {
+            for text_allowed in [false, true] {
+                let (content, calls) = assemble(read_in(&LLAMA3, text_allowed, &pieces));
+                assert_eq!(content, "");
+                assert_eq!(calls.len(), 1, "{pieces:?}");
+                assert_eq!(calls[0]["function"]["arguments"], r#"{"a": {"b": 1}}"#);
+            }
+        }
+        // Cut before the wrapper's brace: the arguments lack theirs, no call.
+        let cut = read_in(&LLAMA3, false, &[r#"{"name": "f", "parameters": {"a": {"b": 1}}"#]);
+        assert_eq!(assemble(cut), (String::new(), Vec::new()));
+        assert_eq!(read_in(&LLAMA3, true, &["It is ", "sunny."]).len(), 2);
     }
 }

@@ -11,24 +11,27 @@
 //! </tool_call>
 //! ```
 //!
-//! A template that renders tools itself ([`ToolFormat::Hermes`]: Qwen 2.5
-//! and 3, Hermes) gets `tools`, assistant `tool_calls` and `tool` messages
-//! as they are. A template without tool support (SmolLM2, Gemma 3) gets the
+//! or, for a Llama 3 template ([`ToolFormat::Llama3`]), as one bare
+//! `{"name": "get_weather", "parameters": {...}}`. A template that renders
+//! tools itself ([`ToolFormat::Hermes`]: Qwen 2.5 and 3, Hermes; Llama 3.1
+//! and 3.2) gets `tools`, assistant `tool_calls` and `tool` messages as
+//! they are. A template without tool support (SmolLM2, Gemma 3) gets the
 //! fallback: the tools described in a system-prompt preamble, an
-//! assistant's calls as its text in the same markup, and tool results as a
-//! user turn of `<tool_response>` blocks (Hermes' own rendering, which
+//! assistant's calls as its text in the Hermes markup, and tool results as
+//! a user turn of `<tool_response>` blocks (Hermes' own rendering, which
 //! keeps templates that insist on alternating roles working).
 //!
 //! What is enforced, by a Lark grammar whose arguments are llguidance's
 //! `%json` of each tool's `parameters` ([`grammar`]): `required` = one call
 //! (one or more with `parallel_tool_calls`) of one of the tools with valid
 //! arguments; a named function = one call of that one; `auto` = either free
-//! text that does not start with `<tool_call>`, or calls as `required`;
+//! text that does not start as a call does (`<tool_call>`, Llama 3:
+//! `{"name"`), or calls as `required`;
 //! `none` = no tools rendered, no grammar, nothing parsed.
 
 use mlxcel_runtime::chat::{Message, ToolFormat};
 use mlxcel_runtime::constraint::Grammar;
-use mlxcel_runtime::tool_grammar::{CALL_CLOSE, CALL_OPEN, call_grammar};
+use mlxcel_runtime::tool_grammar::{CallLayout, HERMES, LLAMA3, call_grammar};
 use serde_json::{Map, Value, json};
 
 use crate::errors::ApiError;
@@ -69,9 +72,26 @@ pub struct Tools {
     pub choice: Choice,
     /// Several calls in one answer (`parallel_tool_calls`, default true).
     pub parallel: bool,
+    /// How calls are written: the template's layout ([`layout`]), Hermes'
+    /// until [`Tools::for_template`].
+    pub layout: &'static CallLayout,
+}
+
+/// How a template's model writes calls: Llama 3's bare JSON for a Llama 3
+/// template, else Hermes' markup (the fallback's too).
+pub fn layout(format: ToolFormat) -> &'static CallLayout {
+    match format {
+        ToolFormat::Llama3 => &LLAMA3,
+        ToolFormat::Hermes | ToolFormat::None => &HERMES,
+    }
 }
 
 impl Tools {
+    /// These tools, their calls written as a template of `format` has them.
+    pub fn for_template(self, format: ToolFormat) -> Tools {
+        Tools { layout: layout(format), ..self }
+    }
+
     /// Whether the answer is read for calls (any choice but `none`).
     pub fn active(&self) -> bool {
         self.choice != Choice::None
@@ -122,7 +142,7 @@ pub fn parse(object: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
     if tools.is_empty() {
         return Ok(None);
     }
-    Ok(Some(Tools { tools, choice, parallel }))
+    Ok(Some(Tools { tools, choice, parallel, layout: &HERMES }))
 }
 
 /// `tools[i]`: `{"type": "function", "function": {"name", "description",
@@ -234,13 +254,14 @@ pub fn grammar(tools: &Tools) -> Option<Grammar> {
         Choice::Auto | Choice::Required => tools.tools.iter().map(|t| (t.name.as_str(), &t.parameters)).collect(),
     };
     let several = tools.parallel && !matches!(tools.choice, Choice::Named(_));
-    Some(call_grammar(&callable, tools.text_allowed(), several))
+    Some(call_grammar(tools.layout, &callable, tools.text_allowed(), several))
 }
 
 /// One call in the Hermes markup (what the model writes, and how a past
 /// call is shown to a template without tool support).
 pub fn call_block(name: &str, arguments: &Value) -> String {
-    format!("{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {arguments}}}\n{CALL_CLOSE}", Value::from(name))
+    let h = &HERMES;
+    format!("{}{{\"name\": {}, \"{}\": {arguments}}}{}", h.before, Value::from(name), h.arguments_key, h.after)
 }
 
 /// The system-prompt preamble that offers `tools` to a template without
@@ -254,9 +275,11 @@ fn preamble(tools: &Tools) -> String {
         text.push('\n');
     }
     text.push_str("</tools>\nTo call a tool, answer with one block per call and nothing else:\n");
-    text.push_str(&format!(
-        "{CALL_OPEN}\n{{\"name\": <function name>, \"arguments\": <arguments object>}}\n{CALL_CLOSE}\n"
-    ));
+    let h = &HERMES;
+    let form =
+        format!("{}{{\"name\": <function name>, \"{}\": <arguments object>}}{}", h.before, h.arguments_key, h.after);
+    text.push_str(&form);
+    text.push('\n');
     text.push_str("The results come back as <tool_response> blocks.");
     if let Choice::Named(name) = &tools.choice {
         text.push_str(&format!(" Call the function {name:?} now."));
@@ -271,7 +294,7 @@ fn preamble(tools: &Tools) -> String {
 /// (preamble, calls and results as text) described in the module's docs.
 pub fn conversation(messages: Vec<Message>, tools: Option<&Tools>, format: ToolFormat) -> (Vec<Message>, Vec<Value>) {
     let tools = tools.filter(|t| t.active());
-    if format == ToolFormat::Hermes {
+    if format != ToolFormat::None {
         let specs = tools.map(|t| t.tools.iter().map(|t| t.spec.clone()).collect()).unwrap_or_default();
         return (messages, specs);
     }
@@ -390,7 +413,7 @@ mod tests {
     fn the_grammar_follows_the_choice() {
         let mut t = parsed(json!({"tools": [weather()], "tool_choice": "required"})).unwrap().unwrap();
         let Some(Grammar::Lark(lark)) = grammar(&t) else { panic!("no grammar") };
-        assert!(lark.starts_with("start: calls\n"), "{lark}");
+        assert!(lark.starts_with("start: call (\"\\n\" call)*\n"), "{lark}");
         assert!(lark.contains(r#"fn0: "{\"name\": \"get_weather\", \"arguments\": " args0 "}""#), "{lark}");
         assert!(lark.contains("args0: %json {"), "{lark}");
         t.choice = Choice::Auto;
