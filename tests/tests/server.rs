@@ -550,7 +550,7 @@ fn health_is_503_while_the_bundle_loads() {
 /// 16 concurrent greedy requests with different prompts answer exactly as
 /// the same requests one at a time (batch invariance through the server).
 #[test]
-fn concurrent_greedy_requests_equal_serial_ones_on_smollm2_bundle() {
+fn concurrent_greedy_requests_equal_serial_ones_on_smollm2() {
     let bundle = smollm2_bundle();
     let server = Server::start(bundle, &["--parallel", "16", "--threads", "2"]);
     let prompts: Vec<String> =
@@ -724,7 +724,7 @@ fn cors_preflight_allows_the_configured_origin_only() {
 /// `kv_budget_exceeded` and the server goes on serving; and a client that
 /// hangs up during a whole (non-streamed) answer frees its slot.
 #[test]
-fn kv_budget_refusals_and_a_whole_answers_disconnect_on_smollm2_bundle() {
+fn kv_budget_refusals_and_a_whole_answers_disconnect_on_smollm2() {
     // 64 MiB hold about 1450 positions (1200 tokens and a cache chunk).
     let server = Server::start(smollm2_bundle(), &["--kv-budget", "64", "--threads", "2", "--metrics"]);
     let (status, body) = server.post(
