@@ -22,12 +22,20 @@ pub struct Message {
     pub role: String,
     /// The text.
     pub content: String,
+    /// An assistant's tool calls, as tool-calling templates read them
+    /// (`{"id", "type": "function", "function": {"name", "arguments": {...}}}`,
+    /// the arguments an object); absent from the template's view when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<serde_json::Value>,
+    /// A tool result's call id (role `tool`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
     /// A message with `role` and `content`.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
     }
 }
 
@@ -44,6 +52,26 @@ pub const TEMPLATE_FUEL: u64 = 4_000_000;
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    tool_format: ToolFormat,
+}
+
+/// How a template takes tools and writes tool calls, read from its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// The template renders `tools`, assistant `tool_calls` and `tool`
+    /// messages itself, and calls are `<tool_call>\n{"name": ..., "arguments":
+    /// {...}}\n</tool_call>` (Hermes, Qwen 2.5 and 3): its source uses both
+    /// `tools` and `<tool_call>`.
+    Hermes,
+    /// The template renders `tools`, assistant `tool_calls` and `tool`
+    /// messages itself, and a call is one bare `{"name": ..., "parameters":
+    /// {...}}` (Llama 3.1 and 3.2): its source uses `tools` and `ipython`
+    /// (the role of tool results) and no `<tool_call>`.
+    Llama3,
+    /// The template knows nothing of tools (SmolLM2, Gemma 3): whoever
+    /// offers tools describes them in the prompt and renders calls and
+    /// results as text, in the Hermes markup.
+    None,
 }
 
 impl ChatTemplate {
@@ -64,7 +92,17 @@ impl ChatTemplate {
             Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_template_owned("chat", source.to_string()).map_err(|e| Error::ChatTemplate(describe(&e)))?;
-        Ok(ChatTemplate { env })
+        let tool_format = match (source.contains("tools"), source.contains("<tool_call>"), source.contains("ipython")) {
+            (true, true, _) => ToolFormat::Hermes,
+            (true, false, true) => ToolFormat::Llama3,
+            _ => ToolFormat::None,
+        };
+        Ok(ChatTemplate { env, tool_format })
+    }
+
+    /// How this template takes tools.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// The prompt text for `messages`, ending with the assistant's turn opener
@@ -76,7 +114,22 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<String> {
-        self.render_jinja(messages, add_generation_prompt, bos_token, eos_token)
+        self.render_with_tools(messages, &[], add_generation_prompt, bos_token, eos_token)
+    }
+
+    /// [`ChatTemplate::render`] with `tools` (OpenAI's `{"type": "function",
+    /// "function": {...}}` objects) in the template's `tools` variable
+    /// (`none` when there are none), for templates that render them
+    /// ([`ToolFormat::Hermes`]).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<String> {
+        self.render_jinja(messages, tools, add_generation_prompt, bos_token, eos_token)
             .map_err(|e| Error::ChatTemplate(describe(&e)))
     }
 
@@ -85,12 +138,14 @@ impl ChatTemplate {
     fn render_jinja(
         &self,
         messages: &[Message],
+        tools: &[serde_json::Value],
         add_generation_prompt: bool,
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> std::result::Result<String, JinjaError> {
         self.env.get_template("chat")?.render(context! {
             messages => Value::from(minijinja::value::Serde(messages)),
+            tools => if tools.is_empty() { Value::from(()) } else { Value::from(minijinja::value::Serde(tools)) },
             add_generation_prompt => add_generation_prompt,
             bos_token => bos_token.unwrap_or(""),
             eos_token => eos_token.unwrap_or(""),
@@ -112,7 +167,7 @@ impl ChatTemplate {
             Message::new("assistant", "4."),
             Message::new("user", "And 3 + 3?"),
         ];
-        match self.render_jinja(&conversation, true, bos_token, eos_token) {
+        match self.render_jinja(&conversation, &[], true, bos_token, eos_token) {
             Err(e) if e.kind() != ErrorKind::InvalidOperation => Err(Error::ChatTemplate(describe(&e))),
             _ => Ok(()),
         }
@@ -192,6 +247,32 @@ mod tests {
         let huge = "{% set s = 'x' * 100000000 %}{{ s }}{{ s }}{{ s }}";
         let err = ChatTemplate::new(huge).unwrap().validate(None, None).unwrap_err().to_string();
         assert!(err.contains("used up its fuel"), "{err}");
+    }
+
+    /// A template that renders tools (Hermes' markup) gets them, the
+    /// assistant's calls and the results' ids; one without tool support is
+    /// told apart.
+    #[test]
+    fn tool_templates_get_tools_calls_and_results() {
+        let src = "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>{% endif %}\
+                   {% for m in messages %}{{ m.role }}:{% for c in m.tool_calls %}<tool_call>{{ c.function.name }}\
+                   {{ c.function.arguments | tojson }}</tool_call>{% endfor %}{{ m.content }}\
+                   {% if m.tool_call_id %}({{ m.tool_call_id }}){% endif %}|{% endfor %}";
+        let t = ChatTemplate::new(src).unwrap();
+        assert_eq!(t.tool_format(), ToolFormat::Hermes);
+        let mut call = Message::new("assistant", "");
+        call.tool_calls = vec![serde_json::json!({"function": {"name": "f", "arguments": {"a": 1}}})];
+        let mut result = Message::new("tool", "2");
+        result.tool_call_id = Some("call_1".into());
+        let tools = [serde_json::json!({"type": "function", "function": {"name": "f"}})];
+        let out = t.render_with_tools(&[Message::new("user", "go"), call, result], &tools, false, None, None).unwrap();
+        assert_eq!(out, r#"<tools>f;</tools>user:go|assistant:<tool_call>f{"a": 1}</tool_call>|tool:2(call_1)|"#);
+        // Without tools, `tools` is none.
+        assert_eq!(t.render(&[Message::new("user", "go")], false, None, None).unwrap(), "user:go|");
+        let plain = ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+        assert_eq!(plain.tool_format(), ToolFormat::None);
+        let llama = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{% if m.role == 'tool' %}ipython{% endif %}{% endfor %}";
+        assert_eq!(ChatTemplate::new(llama).unwrap().tool_format(), ToolFormat::Llama3);
     }
 
     #[test]

@@ -52,6 +52,18 @@ impl Grammar {
     }
 }
 
+/// A Lark rule body (`%json {...}`) that matches JSON valid against
+/// `schema`, laid out as [`Grammar::JsonSchema`] lays it out: what a Lark
+/// grammar embeds for a JSON part (tool-call arguments).
+pub fn lark_json(schema: &serde_json::Value) -> String {
+    format!("%json {}", compact(schema.clone()))
+}
+
+/// A Lark string literal matching exactly `text` (Lark strings are JSON strings).
+pub fn lark_literal(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
 /// JSON laid out as `{"a": 1, "b": [2, 3]}`, one space after `:` and `,`
 /// and nowhere else, unless the schema sets llguidance's own `x-guidance`
 /// options. llguidance's default allows any whitespace between tokens,
@@ -210,11 +222,11 @@ impl Constraint {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A byte-level vocabulary: token i < 256 is byte i, then an end token.
-    fn compiler() -> ConstraintCompiler {
+    pub(crate) fn compiler() -> ConstraintCompiler {
         let mut vocab = serde_json::Map::new();
         let alphabet: Vec<char> = (0u8..=255).map(byte_level_char).collect();
         for (i, c) in alphabet.iter().enumerate() {
@@ -245,7 +257,7 @@ mod tests {
 
     /// Follows `text` byte by byte through the constraint; each byte must
     /// be allowed when it comes.
-    fn walk(c: &mut Constraint, text: &str) -> Result<()> {
+    pub(crate) fn walk(c: &mut Constraint, text: &str) -> Result<()> {
         for b in text.bytes() {
             let mut logits = vec![0.0f32; 260];
             c.mask(&mut logits)?;

@@ -30,6 +30,7 @@ pub mod models;
 pub mod nn;
 pub mod sampler;
 pub mod tokenizer;
+pub mod tool_grammar;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -25,6 +25,11 @@ What is checked:
   - usage.prompt_tokens_details.cached_tokens is present, and the second turn
     of a conversation reports cached tokens covering (nearly) all of the first
     turn's prompt;
+  - tool calls (with --tools): a forced call (a named function) comes back as
+    message.tool_calls with finish_reason "tool_calls" and arguments that
+    parse and validate against the tool's parameters (jsonschema); sent back
+    with a role "tool" result it renders and answers; the same request
+    streamed, assembled from delta.tool_calls by index, gives the same call;
   - errors: with --strict-n, n=2 raises openai.BadRequestError; with --strict-unknown-fields, an
     unknown request field raises openai.BadRequestError naming it; with an API
     key, a wrong key raises openai.AuthenticationError.
@@ -35,6 +40,7 @@ the --strict flags). Where it departs from OpenAI the check is behind a flag
 (--strict turns all of them on; mlxcel-server's test passes it):
   - it ignores unknown request fields (--strict-unknown-fields);
   - it accepts n=2 and returns one choice (--strict-n);
+  - it serves tools only with --jinja (--tools);
   - its /v1/completions logprobs have the chat shape (`logprobs.content`), not
     the legacy tokens/token_logprobs/top_logprobs/text_offset, and its
     completions stream ends with usage even without stream_options, in a chunk
@@ -42,6 +48,7 @@ the --strict flags). Where it departs from OpenAI the check is behind a flag
 """
 
 import argparse
+import json
 import math
 import sys
 
@@ -52,6 +59,15 @@ PROMPT_CHAT = [
     {"role": "user", "content": "Name three colours of the rainbow and say one thing about each."},
 ]
 PROMPT_TEXT = "The history of the bicycle begins in"
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": WEATHER_SCHEMA}}]
+TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris?"}]
+FORCED = {"type": "function", "function": {"name": "get_weather"}}
 
 
 class CheckFailed(Exception):
@@ -291,6 +307,53 @@ class Checker:
         expect(c2 >= p1 - 4, f"turn 2 cached {c2} tokens, expected >= turn 1's prompt {p1} - 4")
         return f"turn 2 reused {c2} of turn 1's {p1} prompt tokens"
 
+    def forced_tool_call(self):
+        r = self.chat(messages=TOOL_PROMPT, tools=TOOLS, tool_choice=FORCED, max_tokens=60, temperature=0)
+        choice = r.choices[0]
+        expect(choice.finish_reason == "tool_calls", f"finish_reason {choice.finish_reason!r}")
+        calls = choice.message.tool_calls or []
+        expect(len(calls) == 1, f"{len(calls)} tool calls: {choice.message!r}")
+        call = calls[0]
+        expect(call.type == "function" and call.id and call.function.name == "get_weather", f"call {call!r}")
+        args = json.loads(call.function.arguments)
+        try:
+            import jsonschema
+        except ImportError:
+            jsonschema = None
+        if jsonschema is not None:
+            jsonschema.validate(args, WEATHER_SCHEMA)
+        else:
+            expect(set(args) == {"city", "unit"}, f"arguments {args!r}")
+        turn2 = TOOL_PROMPT + [
+            choice.message.model_dump(exclude_none=True),  # the reply as sent back by agents
+            {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 18, "sky": "cloudy"}'},
+        ]
+        r2 = self.chat(messages=turn2, tools=TOOLS, tool_choice="none", max_tokens=12, temperature=0)
+        expect(r2.choices[0].message.content, f"no answer after the tool result: {r2.choices[0].message!r}")
+        return f"{call.function.name}({call.function.arguments}), then {r2.choices[0].message.content!r}"
+
+    def streamed_tool_call(self):
+        kw = dict(messages=TOOL_PROMPT, tools=TOOLS, tool_choice=FORCED, max_tokens=60, temperature=0)
+        whole = self.chat(**kw).choices[0].message.tool_calls or []
+        calls = {}
+        reason = None
+        for chunk in self.chat(stream=True, **kw):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            reason = chunk.choices[0].finish_reason or reason
+            expect(not delta.content, f"content streamed with a forced call: {delta.content!r}")
+            for entry in delta.tool_calls or []:
+                call = calls.setdefault(entry.index, {"id": entry.id, "name": "", "arguments": ""})
+                call["name"] += entry.function.name or ""
+                call["arguments"] += entry.function.arguments or ""
+        streamed = [(c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+        expected = [(c.function.name, c.function.arguments) for c in whole]
+        expect(streamed == expected, f"streamed {streamed!r} != whole {expected!r}")
+        expect(all(c["id"] for c in calls.values()), f"a streamed call without an id: {calls!r}")
+        expect(reason == "tool_calls", f"finish_reason {reason!r}")
+        return f"{streamed!r}"
+
     def n2(self):
         try:
             self.chat(max_tokens=4, n=2)
@@ -329,10 +392,11 @@ def main():
         "and a usage chunk with empty choices (llama-server departs from both)",
     )
     ap.add_argument("--strict-n", action="store_true", help="check that n=2 is a 400 (llama-server accepts it and returns one choice)")
-    ap.add_argument("--strict", action="store_true", help="all of the --strict-* checks (what mlxcel-server is held to)")
+    ap.add_argument("--tools", action="store_true", help="check function tool calls, forced and streamed (llama-server needs --jinja)")
+    ap.add_argument("--strict", action="store_true", help="all of the --strict-* checks and --tools (what mlxcel-server is held to)")
     args = ap.parse_args()
     if args.strict:
-        args.strict_unknown_fields = args.strict_completions = args.strict_n = True
+        args.strict_unknown_fields = args.strict_completions = args.strict_n = args.tools = True
 
     ch = Checker(args)
     ch.run("models", ch.models)
@@ -349,6 +413,9 @@ def main():
     ch.run("completions logprobs", ch.completion_logprobs)
     ch.run("stream_options.include_usage", ch.include_usage)
     ch.run("cached_tokens", ch.cached_tokens)
+    if args.tools:
+        ch.run("forced tool call", ch.forced_tool_call)
+        ch.run("streamed tool call", ch.streamed_tool_call)
     if args.strict_n:
         ch.run("n=2 is a 400", ch.n2)
     if args.strict_unknown_fields:

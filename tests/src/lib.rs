@@ -335,3 +335,15 @@ pub fn compile_gguf(gguf: &str, out: &Path) -> PathBuf {
     assert!(output.status.success(), "compiling {gguf} failed: {}", String::from_utf8_lossy(&output.stderr));
     out.to_path_buf()
 }
+
+/// The real SmolLM2 bundle (compiled from its GGUF into a temporary folder
+/// that lives as long as the test binary), made once per test binary.
+pub fn smollm2_bundle() -> &'static Path {
+    static BUNDLE: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, path) = BUNDLE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = compile_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", &dir.path().join("smollm2.mlxb"));
+        (dir, path)
+    });
+    path
+}

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use mlxcel_tests::server::{Server, sse_data};
-use mlxcel_tests::{compile_gguf, reference_python, tiny_bundle, workspace_root};
+use mlxcel_tests::{reference_python, smollm2_bundle, tiny_bundle, workspace_root};
 use serde_json::{Value, json};
 
 /// The tiny bundle, made once per test binary.
@@ -26,17 +26,6 @@ fn tiny() -> &'static Path {
     let (_, path) = BUNDLE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let path = tiny_bundle(dir.path(), "llama", 4);
-        (dir, path)
-    });
-    path
-}
-
-/// The real SmolLM2 bundle (compiled from its GGUF), made once per test binary.
-fn smollm2() -> &'static Path {
-    static BUNDLE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, path) = BUNDLE.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = compile_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", &dir.path().join("smollm2.mlxb"));
         (dir, path)
     });
     path
@@ -334,7 +323,8 @@ fn bad_requests_get_the_right_status_and_envelope_and_the_server_keeps_serving()
     );
     let error = assert_error(status, &body, 400, "invalid_request_error");
     assert!(error["message"].as_str().unwrap().contains("image_url"), "{body}");
-    let (status, body) = server.post("/v1/chat/completions", &json!({"messages": [{"role": "tool", "content": "x"}]}));
+    let (status, body) =
+        server.post("/v1/chat/completions", &json!({"messages": [{"role": "function", "content": "x"}]}));
     assert_eq!(assert_error(status, &body, 400, "invalid_request_error")["param"], "messages[0].role");
     // Parts of type text are the message.
     let (status, body) = server.post(
@@ -561,7 +551,7 @@ fn health_is_503_while_the_bundle_loads() {
 /// the same requests one at a time (batch invariance through the server).
 #[test]
 fn concurrent_greedy_requests_equal_serial_ones_on_smollm2() {
-    let bundle = smollm2();
+    let bundle = smollm2_bundle();
     let server = Server::start(bundle, &["--parallel", "16", "--threads", "2"]);
     let prompts: Vec<String> =
         (0..16).map(|i| format!("Name a fruit that starts with the letter {}.", (b'a' + i) as char)).collect();
@@ -736,7 +726,7 @@ fn cors_preflight_allows_the_configured_origin_only() {
 #[test]
 fn kv_budget_refusals_and_a_whole_answers_disconnect_on_smollm2() {
     // 64 MiB hold about 1450 positions (1200 tokens and a cache chunk).
-    let server = Server::start(smollm2(), &["--kv-budget", "64", "--threads", "2", "--metrics"]);
+    let server = Server::start(smollm2_bundle(), &["--kv-budget", "64", "--threads", "2", "--metrics"]);
     let (status, body) = server.post(
         "/v1/completions",
         &json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "temperature": 0}),
@@ -781,15 +771,16 @@ fn kv_budget_refusals_and_a_whole_answers_disconnect_on_smollm2() {
 /// environment) against the real SmolLM2 bundle: tests/python/
 /// openai_client_check.py checks chat and text completions, streamed and
 /// not, stop strings, seeds, logprobs shapes, `stream_options.include_usage`,
-/// `cached_tokens` across two turns, and the errors (n=2, an unknown field,
-/// a wrong key) with the client's own types; `--strict` holds the server to
+/// `cached_tokens` across two turns, tool calls (a forced call, a tool
+/// result round trip, a streamed call), and the errors (n=2, an unknown
+/// field, a wrong key) with the client's own types; `--strict` holds the server to
 /// what llama-server does not do (an unknown field is a 400 naming it;
 /// /v1/completions has OpenAI's legacy logprobs and usage chunk). Then
 /// SIGTERM must end the server with status 0.
 #[test]
 fn the_openai_python_client_works_unchanged() {
     const API_KEY: &str = "mlxcel-test-key";
-    let mut server = Server::start(smollm2(), &["--parallel", "2", "--threads", "2", "--api-key", API_KEY]);
+    let mut server = Server::start(smollm2_bundle(), &["--parallel", "2", "--threads", "2", "--api-key", API_KEY]);
     let script = workspace_root().join("tests/python/openai_client_check.py");
     let out = Command::new(reference_python())
         .arg(&script)

@@ -19,7 +19,8 @@ use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use mlxcel_runtime::engine::{Event, ModelInfo, Request};
+use mlxcel_runtime::constraint::Grammar;
+use mlxcel_runtime::engine::{Engine, Event, ModelInfo, Request};
 use mlxcel_runtime::generate::{FinishReason, GenerationStats};
 use serde_json::Value;
 
@@ -28,6 +29,8 @@ use crate::errors::ApiError;
 use crate::openai::{self, Kind, Prepared};
 use crate::responses::{Envelope, TokenLogprob, finish_reason};
 use crate::state::Shared;
+use crate::tool_calls::{CallReader, Piece, assemble, delta};
+use crate::tools::Tools;
 
 /// Marks a response whose request the generation code logs itself (when
 /// it ends), so the request layer does not log it again.
@@ -80,20 +83,24 @@ async fn start(state: Shared, kind: Kind, body: Bytes) -> Result<Response, ApiEr
     let engine = state.engine_for_request()?.clone();
     let model = engine.model().clone();
     let prepared = {
-        let model = model.clone();
-        tokio::task::spawn_blocking(move || match kind {
-            Kind::Chat => openai::chat(&body, &model),
-            Kind::Text => openai::completion(&body, &model),
+        let (model, engine) = (model.clone(), engine.clone());
+        tokio::task::spawn_blocking(move || {
+            let prepared = match kind {
+                Kind::Chat => openai::chat(&body, &model),
+                Kind::Text => openai::completion(&body, &model),
+            }?;
+            check_tool_schemas(&engine, &prepared)?;
+            Ok::<_, ApiError>(prepared)
         })
         .await
         .map_err(|e| ApiError::internal(format!("request task failed: {e}")))??
     };
     let request = Request { prompt: prepared.prompt.clone(), options: prepared.options.clone() };
-    let field = kind.prompt_field();
-    let mut events = Events::submit(&engine, state.clone(), request).map_err(|e| ApiError::for_prompt(e, field))?;
+    let tools = prepared.tools.as_ref().is_some_and(Tools::active);
+    let mut events = Events::submit(&engine, state.clone(), request).map_err(|e| refusal(e, kind, tools))?;
     // The first event decides the status.
     let first = match events.next().await {
-        Some(Ok(Event::Failed(e))) => return Err(ApiError::for_prompt(e, field)),
+        Some(Ok(Event::Failed(e))) => return Err(refusal(e, kind, tools)),
         Some(Ok(Event::Done { finish_reason: FinishReason::Cancelled, .. })) => {
             return Err(mlxcel_runtime::Error::EngineStopped.into());
         }
@@ -107,6 +114,47 @@ async fn start(state: Shared, kind: Kind, body: Bytes) -> Result<Response, ApiEr
     let mut response = if job.prepared.stream { stream(job, first) } else { whole(job, first).await? };
     response.extensions_mut().insert(LoggedByHandler);
     Ok(response)
+}
+
+/// Each tool's `parameters` compiled alone, so that a schema llguidance
+/// refuses is named (`tools[i].function.parameters`) with its reason.
+fn check_tool_schemas(engine: &Engine, prepared: &Prepared) -> Result<(), ApiError> {
+    let Some(tools) = prepared.tools.as_ref().filter(|t| t.active()) else {
+        return Ok(());
+    };
+    for (i, tool) in tools.tools.iter().enumerate() {
+        match engine.check_grammar(&Grammar::JsonSchema(tool.parameters.clone())) {
+            Ok(()) => {}
+            Err(mlxcel_runtime::Error::InvalidParameter { name: "grammar", message }) => {
+                let param = format!("tools[{i}].function.parameters");
+                return Err(ApiError {
+                    code: Some("unsupported_schema"),
+                    ..ApiError::invalid_param(param.clone(), format!("invalid parameter {param}: {message}"))
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A runtime error of a request ([`ApiError::for_prompt`]); with tools, a
+/// grammar refused is the tools' (each schema was checked alone first, so
+/// this is the calls' grammar as a whole).
+fn refusal(e: mlxcel_runtime::Error, kind: Kind, tools: bool) -> ApiError {
+    match e {
+        mlxcel_runtime::Error::InvalidParameter { name: "grammar", message } if tools => ApiError {
+            code: Some("unsupported_schema"),
+            ..ApiError::invalid_param("tools", format!("invalid parameter tools: {message}"))
+        },
+        e => ApiError::for_prompt(e, kind.prompt_field()),
+    }
+}
+
+/// The chat's `finish_reason`: `tool_calls` when the answer ended after
+/// giving calls.
+fn reason_with_calls(reason: FinishReason, calls: usize) -> &'static str {
+    if calls > 0 && reason == FinishReason::Stop { "tool_calls" } else { finish_reason(reason) }
 }
 
 /// The per-request log line.
@@ -169,12 +217,23 @@ async fn whole(mut job: Job, first: Event) -> Result<Response, ApiError> {
                 let mut offset = job.prepared.prompt_chars;
                 let lp =
                     job.prepared.logprobs.map(|_| job.envelope.logprobs(&job.model.tokenizer, &logprobs, &mut offset));
-                let body = job.envelope.completion(text, lp, finish_reason(reason), &stats);
-                log_line(&mut job, 200, finish_reason(reason), Some(&stats));
+                let (text, calls) = match job.prepared.tools.as_ref().filter(|t| t.active()) {
+                    Some(tools) => {
+                        let mut reader = CallReader::new(tools.layout, tools.text_allowed());
+                        let mut pieces = reader.push(&text);
+                        pieces.extend(reader.finish());
+                        assemble(pieces)
+                    }
+                    None => (text, Vec::new()),
+                };
+                let reason = reason_with_calls(reason, calls.len());
+                let body = job.envelope.completion(text, calls, lp, reason, &stats);
+                log_line(&mut job, 200, reason, Some(&stats));
                 return Ok(axum::Json(body).into_response());
             }
             Ok(Event::Failed(e)) => {
-                let e = ApiError::for_prompt(e, job.envelope.kind.prompt_field());
+                let tools = job.prepared.tools.as_ref().is_some_and(Tools::active);
+                let e = refusal(e, job.envelope.kind, tools);
                 log_line(&mut job, e.status.as_u16(), "failed", None);
                 return Err(e);
             }
@@ -192,6 +251,8 @@ struct Streaming {
     first: Option<Event>,
     role_sent: bool,
     offset: usize,
+    /// Reads the text for calls when the request has active tools.
+    calls: Option<CallReader>,
 }
 
 fn data(value: &Value) -> SseEvent {
@@ -208,6 +269,27 @@ impl Streaming {
         if self.job.envelope.kind == Kind::Chat && !self.role_sent {
             self.role_sent = true;
             out.push(data(&self.job.envelope.chunk(true, Some(""), None, None, self.job.prepared.include_usage)));
+        }
+    }
+
+    /// Text to send: as it is, or read for calls.
+    fn text(&mut self, text: &str, lp: Option<Value>, out: &mut Vec<SseEvent>) {
+        let usage = self.job.prepared.include_usage;
+        let Some(reader) = self.calls.as_mut() else {
+            if !text.is_empty() || lp.is_some() {
+                out.push(data(&self.job.envelope.chunk(false, Some(text), lp, None, usage)));
+            }
+            return;
+        };
+        let pieces = reader.push(text);
+        self.pieces(pieces, out);
+    }
+
+    /// The chunks of what the call reader gave: text, or a call.
+    fn pieces(&self, pieces: Vec<Piece>, out: &mut Vec<SseEvent>) {
+        let usage = self.job.prepared.include_usage;
+        for delta in pieces.into_iter().filter_map(delta) {
+            out.push(data(&self.job.envelope.delta_chunk(delta, usage)));
         }
     }
 
@@ -231,14 +313,12 @@ impl Streaming {
                     }
                     _ => None,
                 };
-                if !text.is_empty() || lp.is_some() {
-                    out.push(data(&self.job.envelope.chunk(false, Some(&text), lp, None, usage)));
-                }
+                self.text(&text, lp, &mut out);
                 (out, false)
             }
             Ok(Event::Text(text)) => {
                 self.open(&mut out);
-                out.push(data(&self.job.envelope.chunk(false, Some(&text), None, None, usage)));
+                self.text(&text, None, &mut out);
                 (out, false)
             }
             Ok(Event::Done { finish_reason: FinishReason::Cancelled, .. }) => {
@@ -247,7 +327,9 @@ impl Streaming {
             }
             Ok(Event::Done { finish_reason: reason, stats }) => {
                 self.open(&mut out);
-                let reason = finish_reason(reason);
+                let rest = self.calls.as_mut().map(CallReader::finish).unwrap_or_default();
+                self.pieces(rest, &mut out);
+                let reason = reason_with_calls(reason, self.calls.as_ref().map_or(0, |r| r.calls));
                 let content = if self.job.envelope.kind == Kind::Text { Some("") } else { None };
                 out.push(data(&self.job.envelope.chunk(false, content, None, Some(reason), usage)));
                 if usage {
@@ -258,7 +340,8 @@ impl Streaming {
                 (out, true)
             }
             Ok(Event::Failed(e)) => {
-                self.error(ApiError::for_prompt(e, self.job.envelope.kind.prompt_field()), &mut out);
+                let tools = self.calls.is_some();
+                self.error(refusal(e, self.job.envelope.kind, tools), &mut out);
                 (out, true)
             }
             Err(e) => {
@@ -274,7 +357,8 @@ impl Streaming {
 /// request.
 fn stream(job: Job, first: Event) -> Response {
     let offset = job.prepared.prompt_chars;
-    let state = Streaming { job, first: Some(first), role_sent: false, offset };
+    let calls = job.prepared.tools.as_ref().filter(|t| t.active()).map(|t| CallReader::new(t.layout, t.text_allowed()));
+    let state = Streaming { job, first: Some(first), role_sent: false, offset, calls };
     let events = futures_util::stream::unfold((state, false), |(mut state, ended)| async move {
         if ended {
             return None;

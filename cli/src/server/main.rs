@@ -120,6 +120,8 @@ mod responses;
 mod routes;
 mod shutdown;
 mod state;
+mod tool_calls;
+mod tools;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;

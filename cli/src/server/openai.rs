@@ -16,7 +16,7 @@
 //! capped by, the room the prompt leaves in the context; a prompt that
 //! fills the context is 400 `context_length_exceeded`.
 
-use mlxcel_runtime::chat::Message;
+use mlxcel_runtime::chat::{Message, ToolFormat};
 use mlxcel_runtime::constraint::Grammar;
 use mlxcel_runtime::engine::ModelInfo;
 use mlxcel_runtime::generate::{GenerationOptions, MAX_TOP_LOGPROBS};
@@ -26,6 +26,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::errors::ApiError;
+use crate::tools::{self, Tools};
 
 /// Which API a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +73,8 @@ pub const COMMON_FIELDS: &[&str] = &[
 ];
 
 /// The fields only `/v1/chat/completions` implements (with [`COMMON_FIELDS`]).
-pub const CHAT_FIELDS: &[&str] = &["messages", "max_completion_tokens", "top_logprobs"];
+pub const CHAT_FIELDS: &[&str] =
+    &["messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"];
 
 /// The fields only `/v1/completions` implements (with [`COMMON_FIELDS`]).
 pub const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "best_of"];
@@ -80,12 +82,9 @@ pub const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 /// OpenAI fields this server knows but does not implement (a `null` value
 /// counts as absent).
 const UNSUPPORTED_FIELDS: &[&str] = &[
-    "tools",
-    "tool_choice",
     "functions",
     "function_call",
     "logit_bias",
-    "parallel_tool_calls",
     "audio",
     "modalities",
     "prediction",
@@ -122,6 +121,8 @@ pub struct Prepared {
     pub include_usage: bool,
     /// Report log-probabilities, with this many alternatives per token.
     pub logprobs: Option<usize>,
+    /// The chat request's tools (none when it offers none).
+    pub tools: Option<Tools>,
 }
 
 /// Fields both routes share.
@@ -209,7 +210,12 @@ struct ChatFields {
 #[serde(deny_unknown_fields)]
 struct ChatMessage {
     role: String,
+    #[serde(default)]
     content: Value,
+    /// An assistant's calls.
+    tool_calls: Option<Vec<Value>>,
+    /// A tool result's call.
+    tool_call_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -359,16 +365,22 @@ fn finish(
         grammar: c.response_format.and_then(ResponseFormat::grammar),
         ..GenerationOptions::default()
     };
-    Ok(Prepared { prompt, prompt_chars, options, stream, include_usage, logprobs })
+    Ok(Prepared { prompt, prompt_chars, options, stream, include_usage, logprobs, tools: None })
 }
 
-/// The messages of a chat request, as the template takes them.
+/// The messages of a chat request, checked (past tool calls and results
+/// as they came: [`tools::conversation`] puts them in the template's form).
 pub fn messages(object: &Map<String, Value>) -> Result<Vec<Message>, ApiError> {
     #[derive(Deserialize)]
     struct Only {
         messages: Vec<ChatMessage>,
     }
     to_messages(typed::<Only>(object)?.messages)
+}
+
+/// How `model`'s template takes tools (no template: none, refused later).
+pub fn tool_format(model: &ModelInfo) -> ToolFormat {
+    model.chat_template.as_ref().map_or(ToolFormat::None, |t| t.tool_format())
 }
 
 fn to_messages(messages: Vec<ChatMessage>) -> Result<Vec<Message>, ApiError> {
@@ -383,14 +395,46 @@ fn to_messages(messages: Vec<ChatMessage>) -> Result<Vec<Message>, ApiError> {
                 "system" | "developer" => "system",
                 "user" => "user",
                 "assistant" => "assistant",
+                "tool" => "tool",
                 other => {
                     return Err(ApiError::invalid_param(
                         format!("messages[{i}].role"),
-                        format!("role {other:?} is not supported (system, developer, user, assistant)"),
+                        format!("role {other:?} is not supported (system, developer, user, assistant, tool)"),
                     ));
                 }
             };
-            Ok(Message::new(role, content_text(&m.content, i)?))
+            let calls = m.tool_calls.unwrap_or_default();
+            if !calls.is_empty() && role != "assistant" {
+                return Err(ApiError::invalid_param(
+                    format!("messages[{i}].tool_calls"),
+                    "only assistant messages carry tool_calls",
+                ));
+            }
+            let content = match &m.content {
+                // An assistant's calls may come without text.
+                Value::Null if !calls.is_empty() => String::new(),
+                content => content_text(content, i)?,
+            };
+            let mut message = Message::new(role, content);
+            message.tool_calls =
+                calls.iter().enumerate().map(|(j, c)| tools::history_call(i, j, c)).collect::<Result<_, _>>()?;
+            message.tool_call_id = match (role, m.tool_call_id) {
+                ("tool", Some(id)) => Some(id),
+                ("tool", None) => {
+                    return Err(ApiError::invalid_param(
+                        format!("messages[{i}].tool_call_id"),
+                        "a tool message needs the tool_call_id it answers",
+                    ));
+                }
+                (_, Some(_)) => {
+                    return Err(ApiError::invalid_param(
+                        format!("messages[{i}].tool_call_id"),
+                        "only tool messages carry a tool_call_id",
+                    ));
+                }
+                (_, None) => None,
+            };
+            Ok(message)
         })
         .collect()
 }
@@ -452,9 +496,26 @@ pub fn chat(body: &[u8], model: &ModelInfo) -> Result<Prepared, ApiError> {
         (true, k) => Some(k.unwrap_or(0) as usize),
         (false, None) => None,
     };
+    let tools = tools::parse(&object)?.map(|t| t.for_template(tool_format(model)));
+    let active = tools.as_ref().is_some_and(Tools::active);
+    if active && common.response_format.as_ref().is_some_and(|f| !matches!(f, ResponseFormat::Text)) {
+        return Err(ApiError::unsupported(
+            "response_format",
+            " together with tools (unless tool_choice is \"none\": the calls are the answer's format)",
+        ));
+    }
+    if active && logprobs.is_some() {
+        return Err(ApiError::unsupported("logprobs", " together with tools (unless tool_choice is \"none\")"));
+    }
     let messages = to_messages(fields.messages)?;
-    let prompt = model.encode_chat(&messages)?;
-    finish(Kind::Chat, common, model, prompt, 0, logprobs)
+    let (messages, specs) = tools::conversation(messages, tools.as_ref(), tool_format(model));
+    let prompt = model.encode_chat_with_tools(&messages, &specs)?;
+    let mut prepared = finish(Kind::Chat, common, model, prompt, 0, logprobs)?;
+    if let Some(grammar) = tools.as_ref().and_then(tools::grammar) {
+        prepared.options.grammar = Some(grammar);
+    }
+    prepared.tools = tools;
+    Ok(prepared)
 }
 
 /// A `/v1/completions` request.
@@ -537,10 +598,10 @@ mod tests {
         let e = refused(r#"{"messages": [], "frobnicate": 1}"#);
         assert_eq!(e.param.as_deref(), Some("frobnicate"));
         assert!(e.message.contains("unknown field"), "{}", e.message);
-        let e = refused(r#"{"messages": [], "tools": []}"#);
-        assert_eq!((e.param.as_deref(), e.code), (Some("tools"), Some("unsupported_parameter")));
+        let e = refused(r#"{"messages": [], "functions": []}"#);
+        assert_eq!((e.param.as_deref(), e.code), (Some("functions"), Some("unsupported_parameter")));
         // A null unsupported field is an absent one.
-        assert!(parse_object(br#"{"messages": [], "tools": null}"#, CHAT).is_ok());
+        assert!(parse_object(br#"{"messages": [], "functions": null}"#, CHAT).is_ok());
         assert!(refused("[1]").message.contains("JSON object"));
         assert!(refused("{").message.contains("not valid JSON"));
         // Completions know no chat fields.

@@ -140,15 +140,27 @@ impl Envelope {
         }
     }
 
-    /// The whole answer.
-    pub fn completion(&self, text: String, logprobs: Option<Value>, reason: &str, stats: &GenerationStats) -> Value {
+    /// The whole answer: chat's message carries `tool_calls` when there
+    /// are any (its `content` then null when there is no text).
+    pub fn completion(
+        &self,
+        text: String,
+        tool_calls: Vec<Value>,
+        logprobs: Option<Value>,
+        reason: &str,
+        stats: &GenerationStats,
+    ) -> Value {
         let choice = match self.kind {
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs,
-                "finish_reason": reason,
-            }),
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": text});
+                if !tool_calls.is_empty() {
+                    if text.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                    message["tool_calls"] = tool_calls.into();
+                }
+                json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason})
+            }
             Kind::Text => json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}),
         };
         json!({
@@ -188,6 +200,16 @@ impl Envelope {
                 json!({"index": 0, "text": content.unwrap_or(""), "logprobs": logprobs, "finish_reason": reason})
             }
         };
+        self.chunk_of(choice, include_usage)
+    }
+
+    /// A chat chunk with the delta `delta` ([`crate::tool_calls::delta`]).
+    pub fn delta_chunk(&self, delta: Value, include_usage: bool) -> Value {
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
+        self.chunk_of(choice, include_usage)
+    }
+
+    fn chunk_of(&self, choice: Value, include_usage: bool) -> Value {
         let mut chunk = json!({
             "id": self.id,
             "object": self.object(true),

@@ -21,7 +21,7 @@ use crate::generate::{self, LoggedByHandler};
 use crate::metrics::RequestLabels;
 use crate::openai::{parse_object, typed};
 use crate::state::Shared;
-use crate::{auth, openai};
+use crate::{auth, openai, tools};
 
 /// The whole application.
 pub fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> anyhow::Result<Router> {
@@ -193,17 +193,22 @@ async fn detokenize(State(state): State<Shared>, body: Bytes) -> Result<Json<Val
     Ok(Json(json!({"content": content})))
 }
 
-/// `POST /apply-template`: `{"messages": [...]}` → `{"prompt": text}`, the
-/// chat template's rendering (with the assistant's turn opener).
+/// `POST /apply-template`: `{"messages": [...]}` and optionally `tools`,
+/// `tool_choice`, `parallel_tool_calls` → `{"prompt": text}`, the chat
+/// template's rendering (with the assistant's turn opener) as a chat
+/// request with the same fields would see it.
 async fn apply_template(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let model = state.model()?.clone();
-    let object = parse_object(&body, &[&["messages"]])?;
+    let object = parse_object(&body, &[&["messages", "tools", "tool_choice", "parallel_tool_calls"]])?;
     let messages = openai::messages(&object)?;
+    let tools = tools::parse(&object)?;
     // Rendering is CPU work (bounded by the template's fuel).
     let prompt = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {
         let template =
             model.chat_template.as_ref().ok_or_else(|| ApiError::invalid("the bundle has no chat template"))?;
-        Ok(template.render(&messages, true, model.tokenizer.bos_text(), model.tokenizer.eos_text())?)
+        let (messages, specs) = tools::conversation(messages, tools.as_ref(), openai::tool_format(&model));
+        let (bos, eos) = (model.tokenizer.bos_text(), model.tokenizer.eos_text());
+        Ok(template.render_with_tools(&messages, &specs, true, bos, eos)?)
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;

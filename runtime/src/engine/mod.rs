@@ -72,7 +72,7 @@ use mlxcel_arch::ModelConfig;
 
 use crate::backend::Backend;
 use crate::chat::{ChatTemplate, Message};
-use crate::constraint::{Constraint, ConstraintCompiler};
+use crate::constraint::{Constraint, ConstraintCompiler, Grammar};
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats, check_prompt_tokens};
 use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, default_compute_dtype, load};
@@ -227,9 +227,16 @@ impl ModelInfo {
     /// The prompt tokens of a conversation, through the chat template, ending
     /// with the assistant's turn opener.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.encode_chat_with_tools(messages, &[])
+    }
+
+    /// [`ModelInfo::encode_chat`] with `tools` given to the template
+    /// ([`ChatTemplate::render_with_tools`]).
+    pub fn encode_chat_with_tools(&self, messages: &[Message], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
         let template =
             self.chat_template.as_ref().ok_or_else(|| Error::ChatTemplate("the bundle has no chat template".into()))?;
-        let text = template.render(messages, true, self.tokenizer.bos_text(), self.tokenizer.eos_text())?;
+        let text =
+            template.render_with_tools(messages, tools, true, self.tokenizer.bos_text(), self.tokenizer.eos_text())?;
         // The template wrote the special tokens (BOS) itself.
         self.tokenizer.encode(&text, false)
     }
@@ -534,6 +541,13 @@ impl Engine {
             return Err(Error::EngineStopped);
         }
         Ok(Generating { events: receiver, cancel: Canceller(cancel) })
+    }
+
+    /// Checks that `grammar` compiles for this model (the error it would
+    /// be refused with at [`Engine::submit`]), without submitting anything:
+    /// what a caller uses to name the part of a request at fault.
+    pub fn check_grammar(&self, grammar: &Grammar) -> Result<()> {
+        self.constraint_compiler()?.compile(grammar).map(drop)
     }
 
     /// The model's grammar compiler, built on first use.
