@@ -15,7 +15,6 @@
 
 mod common;
 
-
 use common::*;
 use mlxcel_mlx::fast::{self, GateActivation, Path};
 use mlxcel_mlx::{Array, Dtype, Linear, Weight};
