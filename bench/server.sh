@@ -13,7 +13,10 @@
 # ISL / OSL (prompt / output tokens per request, 128 / 64), REQS (requests per
 # stream in each run, 4; each run first sends one warm-up request per stream),
 # PARALLEL (server slots, -np, 16), THREADS (server threads, 2), QUANTS
-# ("Q4_1 Q4_0"), SERVERS ("mlxcel-server llama-server mlx_lm.server"),
+# ("Q4_1 Q4_0"), SERVERS ("mlxcel-server llama-server mlx_lm.server";
+# `mlxcel-server@rows16` serves a bundle compiled with --weight-layout rows16,
+# `mlxcel-server@row-major` one compiled with row-major, plain `mlxcel-server`
+# one compiled with the compiler's default),
 # ENDPOINT (completions or chat; completions keeps the prompt at exactly ISL
 # tokens, chat adds the template's), BENCH_DIR (target/bench).
 #
@@ -106,9 +109,9 @@ else
 fi
 [ -x "$bin/mlxcel-compile" ] || die "$bin/mlxcel-compile is missing"
 [ -x "$export_mlx_lm" ] || die "$export_mlx_lm is missing (cargo build --release -p mlxcel-tests --example export_mlx_lm)"
-if [[ " $servers " == *" mlxcel-server "* ]] && [ ! -x "$bin/mlxcel-server" ]; then
+if [[ " $servers " == *" mlxcel-server"* ]] && [ ! -x "$bin/mlxcel-server" ]; then
   say "$bin/mlxcel-server does not exist: mlxcel-server's rows are left out (pending)"
-  servers=${servers//mlxcel-server/}
+  servers=$(printf '%s\n' $servers | grep -v '^mlxcel-server' | tr '\n' ' ')
 fi
 export MLXCEL_DEVICE=cpu
 
@@ -242,6 +245,14 @@ for quant in $quants; do
         start_server "$server" "$log" "$bin/mlxcel-server" --bundle "$bundle" --host 127.0.0.1 --port "$port" \
           -np "$parallel" -c "$ctx_per_slot" -t "$threads"
         ;;
+      mlxcel-server@*)
+        layout=${server#mlxcel-server@}
+        laid_out=$work/smollm2-$quant-$layout.mlxb
+        "$bin/mlxcel-compile" "$gguf" -o "$laid_out" --quiet --weight-layout "$layout" ||
+          die "mlxcel-compile --weight-layout $layout failed"
+        start_server "$server" "$log" "$bin/mlxcel-server" --bundle "$laid_out" --host 127.0.0.1 --port "$port" \
+          -np "$parallel" -c "$ctx_per_slot" -t "$threads"
+        ;;
       llama-server)
         start_server "$server" "$log" "$llama_bin/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port" \
           -np "$parallel" -c "$((parallel * ctx_per_slot))" -t "$threads" -tb "$threads" --no-webui
@@ -284,10 +295,11 @@ for q in quants:
                   f"| {r['osl_avg']:.1f} | {ratio(r['tok_s'], l and l['tok_s'])} | {ratio(r['ttft_p50'], l and l['ttft_p50'])} | {r['loadgen_cores']:.2f} | {r['server_cores']:.2f} |")
 print()
 lo, hi = min(streams), max(streams)
-for q in quants:
-    m1, m16, l1, l16 = get("mlxcel-server", q, lo), get("mlxcel-server", q, hi), get("llama-server", q, lo), get("llama-server", q, hi)
+ours = [s for s in dict.fromkeys(r["server"] for r in rows) if s.startswith("mlxcel-server")] or ["mlxcel-server"]
+for q, srv in ((q, s) for q in quants for s in ours):
+    m1, m16, l1, l16 = get(srv, q, lo), get(srv, q, hi), get("llama-server", q, lo), get("llama-server", q, hi)
     if not (m1 and m16):
-        print(f"Targets ({q}): mlxcel-server not measured (pending).")
+        print(f"Targets ({q}, {srv}): not measured (pending).")
         continue
     checks = [
         (f"throughput at {hi} >= 4x at {lo}", m16["tok_s"] >= 4 * m1["tok_s"], f"{m16['tok_s'] / m1['tok_s']:.2f}x"),
@@ -295,6 +307,6 @@ for q in quants:
         (f"TTFT p50 at {lo} <= llama-server's", bool(l1) and m1["ttft_p50"] <= l1["ttft_p50"], ratio(m1["ttft_p50"], l1 and l1["ttft_p50"])),
         (f"ITL p99 at {hi} <= 3x at {lo}", m16["itl_p99"] <= 3 * m1["itl_p99"], f"{m16['itl_p99'] / m1['itl_p99']:.2f}x"),
     ]
-    print(f"Targets ({q}): " + "; ".join(f"{name}: {val} {'met' if ok else ('not measured' if val == '–' else 'NOT met')}" for name, ok, val in checks) + ".")
+    print(f"Targets ({q}, {srv}): " + "; ".join(f"{name}: {val} {'met' if ok else ('not measured' if val == '–' else 'NOT met')}" for name, ok, val in checks) + ".")
 EOF
 } | tee "$work/table.md"

@@ -41,8 +41,9 @@ pub use writer::{BundleWriter, SealedBundle, SectionSpec, TensorSpec, WrittenBun
 pub const MAGIC: [u8; 8] = *b"\x89MLXB\r\n\x1a";
 /// The format major version this crate reads and writes.
 pub const FORMAT_MAJOR: u16 = 1;
-/// The format minor version this crate writes (1.1 adds the `rows16` layout tag).
-pub const FORMAT_MINOR: u16 = 1;
+/// The format minor version this crate writes (1.1 adds the `rows16` layout
+/// tag, 1.2 the `token-bytes` tokenizer section).
+pub const FORMAT_MINOR: u16 = 2;
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 128;
 /// Every tensor, section and the manifest start at a multiple of this (16 KiB:
@@ -66,6 +67,11 @@ pub mod kinds {
     /// in a [`TOKENIZER`] section: the same tokenizer as `tokenizer.json`,
     /// checked against it by the compiler, that loads in milliseconds.
     pub const TOKENIZER_COMPILED_KEY: &str = "mlxcel-tokenizer";
+    /// The key of the vocabulary's bytes (crate `mlxcel-tokenizer`'s
+    /// `token_bytes` layout) in a [`TOKENIZER`] section: every token's output
+    /// bytes and special flag, what constrained decoding matches grammars
+    /// against (since format 1.2).
+    pub const TOKENIZER_TOKEN_BYTES_KEY: &str = "token-bytes";
     /// StableHLO (MLIR text) of one graph; key = graph name.
     pub const STABLEHLO: &str = "stablehlo";
     /// An IREE VM flatbuffer module; key = graph name, target = IREE target (triple, CPU features or GPU arch).

@@ -8,9 +8,11 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{SMOLLM2, TempDir, float_values, model};
-use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, LAYOUT_ROWS16};
+use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, LAYOUT_ROWS16, kinds};
 use mlxcel_compiler::compile::{CompileError, CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, compile};
 use mlxcel_compiler::ingest::SourceModel;
+use mlxcel_runtime::tokenizer::Tokenizer as RuntimeTokenizer;
+use mlxcel_tokenizer::token_bytes::TokenBytes;
 
 fn compile_to(
     src: &SourceModel,
@@ -41,6 +43,30 @@ fn compiling_twice_gives_the_same_bytes() {
         assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "{file}: bundles differ");
         Bundle::open(&a).unwrap().verify(|_| {}).unwrap();
     }
+}
+
+/// The `token-bytes` section holds every token of the model's vocabulary
+/// as it appears mid-output: byte-level pieces as their bytes, special
+/// tokens flagged, and it reads back the same as the runtime computes it.
+#[test]
+fn the_token_bytes_section_spells_every_token() {
+    let src = SourceModel::open(model(SMOLLM2)).unwrap();
+    let tmp = TempDir::new("token-bytes");
+    let out = tmp.path().join("smollm2.mlxb");
+    compile_to(&src, &out, &CompileOptions::default()).unwrap();
+    let bundle = Bundle::open(&out).unwrap();
+    let section = bundle.section(kinds::TOKENIZER, kinds::TOKENIZER_TOKEN_BYTES_KEY, "").expect("the section");
+    let table = TokenBytes::parse(section.data()).unwrap();
+    assert_eq!(table.len(), 49152, "SmolLM2's vocabulary");
+    let tokenizer = RuntimeTokenizer::from_json(bundle.tokenizer_json().unwrap(), Vec::new(), None).unwrap();
+    let id = |t: &str| tokenizer.token_id(t).unwrap().unwrap_or_else(|| panic!("{t} is a token"));
+    // GPT-2's byte-level alphabet: `Ġ` is a space, `Ċ` a newline.
+    assert_eq!(table.get(id("Ġthe")), Some((b" the".as_slice(), false)));
+    assert_eq!(table.get(id("Ċ")), Some((b"\n".as_slice(), false)));
+    assert_eq!(table.get(id("<|im_end|>")), Some((b"<|im_end|>".as_slice(), true)));
+    // A piece of a character: `Ã` is the byte 0xC3.
+    assert_eq!(table.get(id("Ã")), Some(([0xC3].as_slice(), false)));
+    assert_eq!(table, tokenizer.compute_vocabulary_bytes(49152).unwrap());
 }
 
 #[test]

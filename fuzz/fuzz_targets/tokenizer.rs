@@ -1,23 +1,34 @@
-//! The compiled tokenizer section as the runtime loads it from a bundle
-//! (`mlxcel_tokenizer::Tokenizer::load`), then encode and decode. The input's
-//! first byte picks its form: even, the rest is a compiled section loaded
-//! as is (the bytes a hostile bundle carries, behind a valid hash); odd, the
-//! rest is a `tokenizer.json` that `compile` turns into a section first (what
-//! the compiler does). A loaded tokenizer encodes a fixed text and the
-//! input's own text, and decodes ids in and out of its vocabulary.
+//! The tokenizer sections as the runtime loads them from a bundle, then
+//! used. The input's first byte picks its form, modulo 3: 0, the rest is a
+//! compiled tokenizer section loaded as is (the bytes a hostile bundle
+//! carries, behind a valid hash) by `mlxcel_tokenizer::Tokenizer::load`; 1,
+//! the rest is a `tokenizer.json` that `compile` turns into a section first
+//! (what the compiler does); 2, the rest is a `token-bytes` section
+//! (`mlxcel_tokenizer::token_bytes`), which must write back byte for byte
+//! when it reads. A loaded tokenizer encodes a fixed text and the input's
+//! own text, and decodes ids in and out of its vocabulary.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mlxcel_tokenizer::Tokenizer;
+use mlxcel_tokenizer::token_bytes::TokenBytes;
 
 fuzz_target!(|input: &[u8]| {
     let Some((&mode, rest)) = input.split_first() else { return };
-    let section = if mode % 2 == 0 {
-        rest.to_vec()
-    } else {
-        match mlxcel_tokenizer::compile(rest) {
+    let section = match mode % 3 {
+        0 => rest.to_vec(),
+        1 => match mlxcel_tokenizer::compile(rest) {
             Ok(section) => section,
             Err(_) => return,
+        },
+        _ => {
+            if let Ok(table) = TokenBytes::parse(rest) {
+                assert_eq!(table.to_section(), rest, "a token-bytes section that reads must write back the same");
+                for id in [0, table.len() as u32 / 2, table.len() as u32, u32::MAX] {
+                    let _ = table.get(id);
+                }
+            }
+            return;
         }
     };
     let Ok(tok) = Tokenizer::load(section) else { return };

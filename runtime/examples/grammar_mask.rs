@@ -35,6 +35,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let model = load(std::path::Path::new(bundle), &LoadOptions::default())?;
     let vocab = model.config.vocab_size;
+    // What the bundle's token-bytes section saves: decoding every token.
+    let t = Instant::now();
+    model.tokenizer.vocabulary_bytes(vocab)?;
+    let read = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    model.tokenizer.compute_vocabulary_bytes(vocab)?;
+    println!(
+        "token bytes: {read:.1} ms as the engine gets them, {:.1} ms decoding every token",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let t = Instant::now();
     let compiler = ConstraintCompiler::new(&model.tokenizer, vocab)?;
     println!("grammar compiler for {vocab} tokens: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);

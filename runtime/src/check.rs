@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use mlxcel_arch::ModelConfig;
-use mlxcel_bundle::Bundle;
+use mlxcel_bundle::{Bundle, kinds};
 use mlxcel_mlx::Dtype;
 
 use crate::error::{Error, Result};
@@ -53,6 +53,11 @@ pub fn check_bundle(path: &Path) -> Result<CheckedBundle> {
             section: "tokenizer",
             message: format!("cannot encode and decode the sample text {SAMPLE_TEXT:?}: {e}"),
         });
+    }
+    // A constrained request reads the vocabulary's bytes: a malformed
+    // section, or one of another vocabulary, fails here rather than then.
+    if bundle.section(kinds::TOKENIZER, kinds::TOKENIZER_TOKEN_BYTES_KEY, "").is_some() {
+        parts.tokenizer.vocabulary_bytes(parts.config.vocab_size)?;
     }
     // `run` renders the template on every turn: one that loops until its
     // fuel runs out, or fails on a plain user turn, is refused here rather

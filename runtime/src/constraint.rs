@@ -118,7 +118,8 @@ pub struct ConstraintCompiler {
 
 impl ConstraintCompiler {
     /// The compiler for a model whose logits have `vocab_size` entries and
-    /// whose tokenizer is `tokenizer` (end tokens: its EOS ids).
+    /// whose tokenizer is `tokenizer` (end tokens: its EOS ids; the tokens'
+    /// bytes: [`Tokenizer::vocabulary_bytes`], the bundle's when it stores them).
     pub fn new(tokenizer: &Tokenizer, vocab_size: usize) -> Result<ConstraintCompiler> {
         let refuse = |message: String| Error::Config(format!("building the grammar vocabulary: {message}"));
         let vocab = u32::try_from(vocab_size).map_err(|_| refuse(format!("{vocab_size} tokens")))?;
@@ -126,7 +127,8 @@ impl ConstraintCompiler {
         let Some(&first_eos) = eos.first() else {
             return Err(refuse("the tokenizer has no end token inside the vocabulary".into()));
         };
-        let words = (0..vocab).map(|id| grammar_bytes(tokenizer, id)).collect::<Result<Vec<_>>>()?;
+        let table = tokenizer.vocabulary_bytes(vocab_size)?;
+        let words: Vec<Vec<u8>> = (0..vocab).map(|id| grammar_bytes(table.get(id))).collect();
         // TokTrie asserts its invariants; the words are checked above (count,
         // lengths), so a panic here is a bug, reported as an error.
         let trie =
@@ -154,14 +156,17 @@ impl ConstraintCompiler {
     }
 }
 
-/// Token `id`'s bytes as they appear in the middle of an output, for the
-/// trie: special tokens marked, over-long ones left out.
-fn grammar_bytes(tokenizer: &Tokenizer, id: u32) -> Result<Vec<u8>> {
-    let (bytes, special) = tokenizer.output_bytes(id)?;
-    if bytes.is_empty() || bytes.len() > MAX_TOKEN_BYTES {
-        return Ok(Vec::new());
+/// A token's bytes as they appear in the middle of an output
+/// ([`Tokenizer::vocabulary_bytes`]), for the trie: special tokens marked,
+/// over-long ones left out.
+fn grammar_bytes(token: Option<(&[u8], bool)>) -> Vec<u8> {
+    match token {
+        Some((bytes, special)) if !bytes.is_empty() && bytes.len() <= MAX_TOKEN_BYTES => {
+            let marker = special.then_some(TokTrie::SPECIAL_TOKEN_MARKER);
+            marker.into_iter().chain(bytes.iter().copied()).collect()
+        }
+        _ => Vec::new(),
     }
-    Ok(if special { std::iter::once(TokTrie::SPECIAL_TOKEN_MARKER).chain(bytes).collect() } else { bytes })
 }
 
 /// One sequence's grammar state.

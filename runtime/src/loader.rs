@@ -305,7 +305,10 @@ pub(crate) fn build_parts(bundle: &Bundle, compute: Dtype, validate_only: bool) 
         let tok = tok.join().unwrap_or_else(|_| Err(Error::Tokenizer("the tokenizer thread panicked".into())));
         (tok, built)
     });
-    let (tokenizer, max_id) = tokenizer?;
+    let (mut tokenizer, max_id) = tokenizer?;
+    if let Some(section) = bundle.shared_section(kinds::TOKENIZER, kinds::TOKENIZER_TOKEN_BYTES_KEY, "") {
+        tokenizer.set_token_bytes_section(section);
+    }
     let (model, weight_bytes) = model_parts?;
     crate::check::token_ids_fit(max_id, &defaults, config.vocab_size)?;
     let chat_template = bundle.chat_template().map(ChatTemplate::new).transpose()?;

@@ -9,6 +9,9 @@
 //! an error, and a panic that still escapes (the regex sees normalized
 //! pieces, not the raw text) is caught and reported as an error.
 
+use mlxcel_bundle::kinds::TOKENIZER_TOKEN_BYTES_KEY;
+use mlxcel_tokenizer::token_bytes::TokenBytes;
+
 use crate::error::{Error, Result};
 
 /// Which implementation tokenizes.
@@ -26,6 +29,9 @@ pub struct Tokenizer {
     eos: Vec<u32>,
     bos_text: Option<String>,
     eos_text: Option<String>,
+    /// The bundle's token-bytes section ([`mlxcel_tokenizer::token_bytes`]),
+    /// read when a grammar first needs it: most runs never do.
+    token_bytes: Option<Box<dyn AsRef<[u8]> + Send + Sync>>,
 }
 
 fn compiled_error(e: mlxcel_tokenizer::TokenizerError) -> Error {
@@ -85,10 +91,56 @@ impl Tokenizer {
     }
 
     fn with_specials(inner: Inner, eos: Vec<u32>, bos: Option<u32>) -> Result<Tokenizer> {
-        let mut t = Tokenizer { inner, eos, bos_text: None, eos_text: None };
+        let mut t = Tokenizer { inner, eos, bos_text: None, eos_text: None, token_bytes: None };
         t.bos_text = bos.map(|id| t.id_to_token(id)).transpose()?.flatten();
         t.eos_text = t.eos.first().map(|&id| t.id_to_token(id)).transpose()?.flatten();
         Ok(t)
+    }
+
+    /// Gives it the bundle's token-bytes section, which
+    /// [`Tokenizer::vocabulary_bytes`] then reads instead of decoding every
+    /// token.
+    pub fn set_token_bytes_section(&mut self, section: impl AsRef<[u8]> + Send + Sync + 'static) {
+        self.token_bytes = Some(Box::new(section));
+    }
+
+    /// Every token's [`Tokenizer::output_bytes`] for ids `0..vocab_size`
+    /// (the model's logits; ids the tokenizer lacks have no bytes): from
+    /// the bundle's token-bytes section when it has one this build reads,
+    /// else computed ([`Tokenizer::compute_vocabulary_bytes`]). A section
+    /// that is malformed, or not of `vocab_size` tokens, is an error naming it.
+    pub fn vocabulary_bytes(&self, vocab_size: usize) -> Result<TokenBytes> {
+        let section_error = |message: String| Error::BundleTokenizer { section: TOKENIZER_TOKEN_BYTES_KEY, message };
+        if let Some(section) = &self.token_bytes {
+            match TokenBytes::parse((**section).as_ref()) {
+                Ok(table) if table.len() == vocab_size => return Ok(table),
+                Ok(table) => {
+                    return Err(section_error(format!(
+                        "{} tokens, but the model's vocabulary has {vocab_size}",
+                        table.len()
+                    )));
+                }
+                // A newer compiler's layout: the tokenizer still says the same.
+                Err(mlxcel_tokenizer::TokenizerError::UnsupportedVersion { .. }) => {}
+                Err(mlxcel_tokenizer::TokenizerError::MalformedTokenBytes { what, offset }) => {
+                    return Err(section_error(format!("{what} (at byte offset {offset})")));
+                }
+                Err(e) => return Err(section_error(e.to_string())),
+            }
+        }
+        self.compute_vocabulary_bytes(vocab_size)
+    }
+
+    /// Every token's [`Tokenizer::output_bytes`] for ids `0..vocab_size`,
+    /// decoded one by one (what the compiler stores in the bundle).
+    pub fn compute_vocabulary_bytes(&self, vocab_size: usize) -> Result<TokenBytes> {
+        let mut table = TokenBytes::new();
+        for id in 0..vocab_size {
+            let id = u32::try_from(id).map_err(|_| Error::Tokenizer(format!("{vocab_size} tokens")))?;
+            let (bytes, special) = self.output_bytes(id)?;
+            table.push(&bytes, special).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        }
+        Ok(table)
     }
 
     /// Whether this is the bundle's compiled tokenizer (else `tokenizer.json`).
@@ -310,6 +362,39 @@ mod tests {
         );
         // The post-processor's id counts as one the tokenizer can produce.
         assert_eq!(t.max_token_id(), Some(7));
+    }
+
+    /// The bundle's token-bytes section is what `vocabulary_bytes` gives;
+    /// one of another layout version falls back to decoding; a malformed
+    /// one, or one of another vocabulary size, is an error naming it.
+    #[test]
+    fn vocabulary_bytes_come_from_the_section_when_there_is_one() {
+        let json = backtracking_json();
+        let computed = Tokenizer::from_json(&json, vec![1], None).unwrap().compute_vocabulary_bytes(5).unwrap();
+        // No decoder: `tokenizers` joins tokens with spaces, so mid-output
+        // a token adds one.
+        assert_eq!(computed.get(2), Some((b" aa".as_slice(), false)));
+        assert_eq!(computed.get(4), Some((b"".as_slice(), false)), "past the tokenizer's vocabulary");
+        let with = |section: Vec<u8>| {
+            let mut t = Tokenizer::from_json(&json, vec![1], None).unwrap();
+            t.set_token_bytes_section(section);
+            t.vocabulary_bytes(5)
+        };
+        // A section that differs from what decoding gives shows which was read.
+        let mut stored = TokenBytes::new();
+        for word in [&b"x"[..], b"!", b"xx", b"", b""] {
+            stored.push(word, false).unwrap();
+        }
+        assert_eq!(with(stored.to_section()).unwrap(), stored);
+        let mut newer = stored.to_section();
+        newer[4] = 9;
+        assert_eq!(with(newer).unwrap(), computed);
+        let err = with(stored.to_section()[..20].to_vec()).unwrap_err().to_string();
+        assert!(err.starts_with("the bundle's token-bytes section: 5 tokens need 41 bytes"), "{err}");
+        let mut short = TokenBytes::new();
+        short.push(b"a", false).unwrap();
+        let err = with(short.to_section()).unwrap_err().to_string();
+        assert!(err.contains("1 tokens, but the model's vocabulary has 5"), "{err}");
     }
 
     #[test]

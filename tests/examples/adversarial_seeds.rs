@@ -1,6 +1,7 @@
 //! Writes seed inputs for the fuzz targets (`make fuzz` runs it): the
 //! adversarial corpus's tiny valid GGUF, safetensors file and index,
-//! tokenizer (as `tokenizer.json` and as a compiled section), chat templates
+//! tokenizer (as `tokenizer.json`, as a compiled section and as its tokens'
+//! bytes), chat templates
 //! and surgery YAML, each under `OUT/<target>/`, in the input framing its
 //! target reads (fuzz/fuzz_targets/).
 
@@ -11,6 +12,7 @@ mod corpus;
 use std::path::Path;
 
 use corpus::{gguf::Gguf, hf, model};
+use mlxcel_runtime::tokenizer::Tokenizer;
 
 fn write(out: &Path, target: &str, name: &str, bytes: &[u8]) {
     let dir = out.join(target);
@@ -30,11 +32,16 @@ fn main() {
         model::tensors().into_iter().map(|t| (t.name, "model.safetensors".into())).collect();
     let index = serde_json::json!({"metadata": {}, "weight_map": map}).to_string();
     write(out, "safetensors", "index", &[&[1u8][..], index.as_bytes()].concat());
-    // Tokenizer: mode byte 0 (a compiled section), 1 (tokenizer.json).
+    // Tokenizer: mode byte 0 (a compiled section), 1 (tokenizer.json), 2
+    // (a token-bytes section, every token's output bytes).
     let tj = model::tokenizer_json().to_string();
     let compiled = mlxcel_tokenizer::compile(tj.as_bytes()).expect("the tiny tokenizer compiles");
     write(out, "tokenizer", "compiled", &[&[0u8][..], &compiled].concat());
     write(out, "tokenizer", "json", &[&[1u8][..], tj.as_bytes()].concat());
+    let tokenizer = Tokenizer::from_json(tj.as_bytes(), Vec::new(), None).expect("the tiny tokenizer loads");
+    let vocab = tokenizer.max_token_id().map_or(0, |id| id as usize + 1);
+    let table = tokenizer.compute_vocabulary_bytes(vocab).expect("the tiny tokenizer decodes every token");
+    write(out, "tokenizer", "token_bytes", &[&[2u8][..], &table.to_section()].concat());
     write(out, "chat_template", "chatml", model::CHAT_TEMPLATE.as_bytes());
     write(out, "chat_template", "tiny", mlxcel_tests::TINY_CHAT_TEMPLATE.as_bytes());
     let examples = mlxcel_tests::workspace_root().join("examples/surgery");

@@ -19,6 +19,14 @@ pub enum TokenizerError {
         /// Where in the section.
         offset: usize,
     },
+    /// A `token-bytes` section ([`crate::token_bytes`]) is malformed.
+    #[error("token-bytes section: {what} (at byte offset {offset})")]
+    MalformedTokenBytes {
+        /// What is wrong.
+        what: String,
+        /// Where in the section.
+        offset: usize,
+    },
     /// The section was written in a layout this build does not read (a newer
     /// compiler); the runtime falls back to `tokenizer.json`.
     #[error("compiled tokenizer section: layout version {found}, this build reads version {supported}")]

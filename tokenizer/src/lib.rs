@@ -17,6 +17,7 @@ pub mod error;
 pub mod pipeline;
 pub mod regex;
 pub mod tables;
+pub mod token_bytes;
 pub mod validate;
 pub mod verify;
 

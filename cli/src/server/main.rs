@@ -206,9 +206,25 @@ async fn serve(args: ServerArgs) -> Result<()> {
                     device = %mlxcel_mlx::device::default_device(),
                     "model loaded: ready"
                 );
-                let _ = state.engine.set(Arc::new(engine));
+                let engine = Arc::new(engine);
+                let _ = state.engine.set(engine.clone());
+                engine
             });
-            let _ = loaded_tx.send(result);
+            let engine = result.as_ref().ok().cloned();
+            let _ = loaded_tx.send(result.map(drop));
+            // Built now rather than at the first constrained request (from
+            // the bundle's token-bytes section: milliseconds to a few
+            // hundred; one arriving meanwhile waits for it).
+            if let Some(engine) = engine {
+                let start = std::time::Instant::now();
+                match engine.prepare_grammars() {
+                    Ok(()) => tracing::info!(
+                        ms = format_args!("{:.1}", start.elapsed().as_secs_f64() * 1e3),
+                        "grammar compiler ready"
+                    ),
+                    Err(e) => tracing::warn!("constrained requests will be refused: {e}"),
+                }
+            }
         });
     }
     let grace = Duration::from_secs(args.shutdown_grace as u64);

@@ -13,6 +13,7 @@ mod phases;
 mod write;
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -159,9 +160,9 @@ pub fn builtin_chat_template(a: Architecture) -> Option<&'static str> {
 ///
 /// Every check (options, surgery, per-tensor plans) runs before the output
 /// file is created; the tokenizer is validated and compiles (checked
-/// against `tokenizers`, about two seconds for a 262k vocabulary) on a
-/// second thread
-/// while the tensors stream.
+/// against `tokenizers`, about two seconds for a 262k vocabulary), and
+/// every token's bytes are decoded for the `token-bytes` section, on a
+/// second thread while the tensors stream.
 pub fn compile(
     source: &SourceModel,
     output: &Path,
@@ -175,7 +176,17 @@ pub fn compile(
     let jobs = c.plan(surgery_plan.as_ref())?;
     let tokenizer = c.read_tokenizer()?;
     std::thread::scope(|scope| {
-        let compiled_tokenizer = scope.spawn(|| c.compile_tokenizer(&tokenizer));
+        // The compiled tokenizer, then every token's bytes through it.
+        // A panic in the tokenizer compiler costs only its section.
+        let tokenizer_sections = scope.spawn(|| {
+            let compiled = match std::panic::catch_unwind(AssertUnwindSafe(|| c.compile_tokenizer(&tokenizer))) {
+                Ok(checked) => Ok(checked?),
+                Err(panic) => Err(panic),
+            };
+            let section = compiled.as_ref().ok().and_then(|c| c.as_deref().ok());
+            let token_bytes = c.token_bytes(&tokenizer, section, surgery_plan.as_ref())?;
+            Ok::<_, CompileError>((compiled, token_bytes))
+        });
         let mut w = c.create(output, surgery_plan.as_ref())?;
         c.tokenizer(&mut w, &tokenizer)?;
         c.chat_template(&mut w, &tokenizer);
@@ -183,11 +194,11 @@ pub fn compile(
         c.provenance(&mut w, &tensors, surgery_plan.as_ref())?;
         // A tokenizer.json the runtime could not use fails the compile; the
         // temporary file goes with the writer.
-        let compiled_tokenizer = match compiled_tokenizer.join() {
-            Ok(checked) => Ok(checked?),
-            Err(panic) => Err(panic),
+        let Ok(sections) = tokenizer_sections.join() else {
+            return Err(CompileError::Options("decoding the vocabulary's tokens panicked".into()));
         };
-        let (written, tokenizer) = c.write(w, compiled_tokenizer)?;
+        let (compiled_tokenizer, token_bytes) = sections?;
+        let (written, tokenizer) = c.write(w, compiled_tokenizer, &token_bytes)?;
         Ok(CompileReport { written, tokenizer, tensors, elapsed: start.elapsed() })
     })
 }

@@ -12,6 +12,7 @@ use mlxcel_bundle::{
     SurgeryRecord, WrittenBundle, kinds, rows16,
 };
 use mlxcel_mlx::{Array, Dtype};
+use mlxcel_runtime::tokenizer::Tokenizer as RuntimeTokenizer;
 use mlxcel_surgery::{ModelTensor, ModelView, OutputTensor, Plan, Surgery};
 use serde_json::{Value, json};
 
@@ -132,6 +133,28 @@ impl<'a> Compilation<'a> {
         mlxcel_tokenizer::validate_json_fields(json)
             .map_err(|cause| CompileError::Tokenizer { source_path: self.source.path().to_path_buf(), cause })?;
         Ok(mlxcel_tokenizer::verify::compile_checked(json))
+    }
+
+    /// The vocabulary's bytes for constrained decoding (the `token-bytes`
+    /// section, docs/bundle-format.md §4.2.1): every token of the model's
+    /// `vocab_size` decoded by the tokenizer the runtime will load (the
+    /// compiled one when `compiled` holds it), so that a server does not
+    /// decode them at its first grammar. Runs on the tokenizer's thread.
+    pub(super) fn token_bytes(
+        &self,
+        tokenizer: &SourceTokenizer,
+        compiled: Option<&[u8]>,
+        surgery: Option<&Plan>,
+    ) -> Result<Vec<u8>> {
+        let vocab_size = surgery.map_or(self.source.config(), |p| &p.config).vocab_size;
+        let check = |error| CompileError::Check { source_path: self.source.path().to_path_buf(), error };
+        let runtime = match compiled.map(|section| RuntimeTokenizer::from_compiled(section.to_vec(), Vec::new(), None))
+        {
+            Some(Ok(t)) => t,
+            _ => RuntimeTokenizer::from_json(tokenizer.assets.tokenizer_json.as_bytes(), Vec::new(), None)
+                .map_err(check)?,
+        };
+        Ok(runtime.compute_vocabulary_bytes(vocab_size).map_err(check)?.to_section())
     }
 
     /// Creates the bundle with the model's name, architecture and normalized
@@ -327,12 +350,15 @@ impl<'a> Compilation<'a> {
     }
 
     /// Write: the compiled tokenizer's section (when the second thread made
-    /// one that is token-exact), then the manifest and header.
+    /// one that is token-exact) and the vocabulary's bytes, then the
+    /// manifest and header.
     pub(super) fn write(
         &self,
         mut w: BundleWriter,
         compiled_tokenizer: std::thread::Result<std::result::Result<Vec<u8>, impl std::fmt::Display>>,
+        token_bytes: &[u8],
     ) -> Result<(WrittenBundle, TokenizerReport)> {
+        w.add_section_bytes(SectionSpec::new(kinds::TOKENIZER, kinds::TOKENIZER_TOKEN_BYTES_KEY), token_bytes)?;
         let report = match compiled_tokenizer {
             Ok(Ok(section)) => {
                 w.add_section_bytes(SectionSpec::new(kinds::TOKENIZER, kinds::TOKENIZER_COMPILED_KEY), &section)?;

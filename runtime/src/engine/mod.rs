@@ -550,6 +550,13 @@ impl Engine {
         self.constraint_compiler()?.compile(grammar).map(drop)
     }
 
+    /// Builds the model's grammar compiler now rather than at the first
+    /// constrained request (a server calls it once loaded); the error a
+    /// constrained request would get when it cannot be built.
+    pub fn prepare_grammars(&self) -> Result<()> {
+        self.constraint_compiler().map(drop)
+    }
+
     /// The model's grammar compiler, built on first use.
     fn constraint_compiler(&self) -> Result<&ConstraintCompiler> {
         self.constraints
