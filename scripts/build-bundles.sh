@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds the prebuilt bundles of bundles/catalog.toml (`make bundles`): the
 # binaries, then every entry (mlxcel-compile, mlxcel verify, the smoke
-# prompt: cli/examples/build_bundles.rs), then a CycloneDX SBOM of the
-# binaries that built them (cargo-cyclonedx, installed by `make setup`).
+# prompt: cli/examples/build_bundles.rs), then CycloneDX SBOMs of the
+# binaries that built them (cargo-cyclonedx: `make bundles` installs it).
 #
 #   scripts/build-bundles.sh [--out DIR] [--profile release|dev] [--only NAME]... [--hub] [--no-sbom]
 #
 # Writes DIR (default dist/): NAME.mlxb per entry, index.json, and
-# sbom/*.cdx.json. Package sources come from MLXCEL_MODELS_DIR (default
-# .deps/models); --hub also builds the entries whose source is a Hugging Face
+# sbom/BINARY_bin.cdx.json (these are not byte-reproducible: cargo-cyclonedx
+# stamps a time, a random serial number and the checkout's path). Package
+# sources come from MLXCEL_MODELS_DIR (default .deps/models); --hub also builds the entries whose source is a Hugging Face
 # repo (they need the Hub). The same inputs give byte-identical bundles and
 # index (`make bundles-repro` checks it).
 set -euo pipefail
@@ -49,15 +50,17 @@ mkdir -p "$out"
 
 if [ "$sbom" = 1 ]; then
   cyclonedx=$deps/cargo/bin/cargo-cyclonedx
-  [ -x "$cyclonedx" ] || { say "error: $cyclonedx is missing: run \`make setup\`"; exit 1; }
-  say "writing the SBOM of the binaries (CycloneDX)"
+  [ -x "$cyclonedx" ] || { say "error: $cyclonedx is missing: run \`MLXCEL_SETUP_BUNDLES=1 make setup\` (make bundles does)"; exit 1; }
+  say "writing the SBOMs of the binaries (CycloneDX 1.5)"
   mkdir -p "$out/sbom"
-  # cargo-cyclonedx writes NAME.cdx.json beside each Cargo.toml; the two
-  # packages whose binaries built the bundles are moved into dist/sbom/.
-  for pkg in cli compiler; do
-    (cd "$root/$pkg" && PATH="$deps/cargo/bin:$PATH" "$cargo" cyclonedx --format json --spec-version 1.5 \
-      --override-filename "$pkg.cdx" --target all)
-    mv "$root/$pkg/$pkg.cdx.json" "$out/sbom/mlxcel-$pkg.cdx.json"
-  done
+  # One SBOM per binary of the workspace (mlxcel, mlxcel-server,
+  # mlxcel-compile: the crates each is built from), for this host's target.
+  # cargo-cyclonedx writes BIN_bin.cdx.json beside each Cargo.toml; they are
+  # moved into the output folder.
+  (cd "$root" && PATH="$deps/cargo/bin:$PATH" "$cargo" cyclonedx --format json --spec-version 1.5 \
+    --describe binaries -q)
+  find "$root" -path "$root/target" -prune -o -path "$out" -prune -o -name '*_bin.cdx.json' -print0 \
+    | xargs -0 -r mv -t "$out/sbom/"
+  [ -n "$(ls "$out/sbom")" ] || { say "error: cargo-cyclonedx wrote no SBOM"; exit 1; }
 fi
 say "done: $(ls "$out" | tr '\n' ' ')"
