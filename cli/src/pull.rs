@@ -68,7 +68,9 @@ pub fn pull_command(out: &Stdout, args: &PullArgs) -> Result<()> {
 /// `run`'s bundle argument: the file itself, or a reference pulled on first use.
 pub fn resolve_run_bundle(arg: &Path) -> Result<PathBuf> {
     let hub = hub_settings()?;
-    match resolve_bundle_arg(arg, &hub, true)? {
+    let resolved = resolve_bundle_arg(arg, &hub, true)
+        .with_context(|| format!("there is no file {}, and pulling it as a prebuilt bundle failed", arg.display()))?;
+    match resolved {
         BundleArg::Path(path) => Ok(path),
         BundleArg::Pulled(pulled) => {
             if pulled.downloaded {
