@@ -4,8 +4,10 @@
 //!
 //! The cache's layout is hf-hub's (and Python huggingface_hub's):
 //! `<cache>/models--OWNER--NAME/{blobs/ETAG, snapshots/COMMIT/FILE -> blob, refs/REVISION}`.
-//! Markers live in `<cache>/.mlxcel/verified/ROOT_HASH`, holding the file's
-//! sha256 and size; the Hub's tools skip folders not named `models--*`.
+//! Markers live in `$HF_HOME/assets/mlxcel/verified/ROOT_HASH` (the folder
+//! huggingface_hub gives libraries for their own files, beside `hub/`, so
+//! that `hf cache scan` finds nothing unknown in the cache), holding the
+//! file's sha256 and size.
 
 use std::path::{Path, PathBuf};
 
@@ -13,9 +15,9 @@ use mlxcel_bundle::{Bundle, hex};
 
 use super::index::IndexEntry;
 
-/// The folder of verification markers in a cache.
-fn markers(cache: &Path) -> PathBuf {
-    cache.join(".mlxcel").join("verified")
+/// The folder of verification markers of the hub cache `cache` (`$HF_HOME/hub`).
+pub fn markers(cache: &Path) -> PathBuf {
+    cache.parent().unwrap_or(cache).join("assets").join("mlxcel").join("verified")
 }
 
 fn marker_text(sha256: &str, size: u64) -> String {
