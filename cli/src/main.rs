@@ -1,9 +1,11 @@
-//! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles.
+//! `mlxcel`: run, inspect and verify compiled `.mlxb` bundles; pull prebuilt
+//! ones from the Hugging Face Hub and list those in its cache.
 
 mod bench;
 mod input;
 mod inspect;
 mod output;
+mod pull;
 mod run;
 mod verify;
 
@@ -79,6 +81,13 @@ enum Command {
     /// Measure prompt processing (pp) and generation (tg) speed, llama-bench
     /// style: mean ± standard deviation over repetitions.
     Bench(bench::BenchArgs),
+    /// Download a prebuilt bundle from the Hugging Face Hub into its cache,
+    /// check it against the repo's index.json, and print its path.
+    #[command(after_help = pull::PULL_HELP)]
+    Pull(pull::PullArgs),
+    /// Show the bundles in the Hugging Face cache: repo, file, size, model,
+    /// whether `pull` verified it, and root hash (HF_HOME sets the cache).
+    List(pull::ListArgs),
 }
 
 fn version_text(device: Device) -> String {
@@ -124,8 +133,15 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Some(Command::Verify { bundle }) => verify::run(&out, &bundle),
-        Some(Command::Run(args)) => run::run(args),
+        Some(Command::Run(mut args)) => {
+            // A file that exists wins; else owner/repo or a catalog name is
+            // pulled on first use.
+            args.bundle = pull::resolve_run_bundle(&args.bundle)?;
+            run::run(args)
+        }
         Some(Command::Bench(args)) => bench::bench(&out, args),
+        Some(Command::Pull(args)) => pull::pull_command(&out, &args),
+        Some(Command::List(args)) => pull::list_command(&out, &args),
         None => Ok(()),
     }
 }

@@ -23,7 +23,9 @@ use crate::output::{Interrupted, Stdout, note};
 /// any work (`flags`); negative numbers are read as (refused) values.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The bundle to run (`mlxcel-compile` makes one).
+    /// The bundle to run (`mlxcel-compile` makes one). When no such file
+    /// exists, a Hub repo of prebuilt bundles (owner/repo[/NAME][@REVISION])
+    /// or a catalog name is pulled on first use, as `mlxcel pull` does.
     pub bundle: PathBuf,
     /// The prompt. Without it, `run` starts an interactive chat.
     #[arg(short, long)]

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mlxcel_bundle::{Bundle, BundleError, hex};
+use mlxcel_cli::integrity::verify_every_byte;
 
 use crate::output::{Stdout, note};
 
@@ -15,23 +15,7 @@ use crate::output::{Stdout, note};
 pub fn run(out: &Stdout, path: &Path) -> Result<()> {
     crate::check_bundle_path(path)?;
     let bundle = Bundle::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let bar = ProgressBar::with_draw_target(Some(bundle.header().file_len), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} {wide_msg}")
-            .context("progress bar template")?
-            .progress_chars("=> "),
-    );
-    let mut current = String::new();
-    let result = bundle.verify(|p| {
-        bar.set_position(p.checked_bytes);
-        let name = p.region.to_string();
-        if name != current {
-            bar.set_message(name.clone());
-            current = name;
-        }
-    });
-    bar.finish_and_clear();
-    match result {
+    match verify_every_byte(&bundle) {
         Ok(report) => {
             // The bytes are the ones hashed; now what `run` builds from them
             // (config, tensors, tokenizer, chat template under its fuel,

@@ -7,107 +7,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
 
 use common::{TempDir, python};
+use mlxcel_tests::hub::FakeHub;
 
 const REPO: &str = "tiny-org/tiny-llama";
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
-
-/// The files a repo serves, and a log of the requests it answered.
-struct FakeHub {
-    files: BTreeMap<String, Vec<u8>>,
-    log: Mutex<Vec<String>>,
-    /// Files whose first full transfer is cut in half (then the connection closes).
-    cut_once: Mutex<Vec<String>>,
-}
-
-impl FakeHub {
-    fn serve(self: Arc<Self>) -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let hub = self.clone();
-                std::thread::spawn(move || hub.handle(stream));
-            }
-        });
-        format!("http://{addr}")
-    }
-
-    fn handle(&self, mut stream: TcpStream) {
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).is_err() {
-            return;
-        }
-        let mut range = None;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("range:") {
-                range = Some(v.trim().to_string());
-            }
-        }
-        let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
-        self.log.lock().unwrap().push(format!("{path} {}", range.clone().unwrap_or_default()));
-        let info = format!("/api/models/{REPO}/revision/main");
-        let resolve = format!("/{REPO}/resolve/main/");
-        if path == info {
-            let siblings: Vec<_> = self.files.keys().map(|f| serde_json::json!({ "rfilename": f })).collect();
-            let body = serde_json::json!({ "id": REPO, "sha": COMMIT, "siblings": siblings }).to_string();
-            respond(&mut stream, "200 OK", &[("Content-Type", "application/json".into())], body.as_bytes());
-        } else if let Some(data) = path.strip_prefix(&resolve).and_then(|f| self.files.get(f)) {
-            let file = path.strip_prefix(&resolve).unwrap().to_string();
-            let start: usize = range
-                .as_deref()
-                .and_then(|r| r.strip_prefix("bytes="))
-                .and_then(|r| r.split('-').next())
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let end = if range.as_deref().is_some_and(|r| r.ends_with("-0")) { 1 } else { data.len() };
-            let body = &data[start.min(data.len())..end];
-            let headers = [
-                ("x-repo-commit", COMMIT.to_string()),
-                ("etag", format!("\"{}\"", blake3::hash(data).to_hex())),
-                ("Content-Range", format!("bytes {start}-{}/{}", end.saturating_sub(1), data.len())),
-            ];
-            let mut cut = self.cut_once.lock().unwrap();
-            if end > 1 && start == 0 && cut.contains(&file) {
-                cut.retain(|f| f != &file);
-                // Promise the whole body, send half, hang up.
-                let head = format!(
-                    "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
-                    body.len(),
-                    headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect::<String>()
-                );
-                let _ = stream.write_all(head.as_bytes());
-                let _ = stream.write_all(&body[..body.len() / 2]);
-                return;
-            }
-            respond(&mut stream, "206 Partial Content", &headers, body);
-        } else {
-            respond(&mut stream, "404 Not Found", &[], b"not found");
-        }
-    }
-}
-
-fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
-    let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
-    let _ = stream.flush();
-}
 
 fn compile(model: &str, out: &Path, env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mlxcel-compile"))
@@ -142,12 +50,10 @@ fn a_repo_id_downloads_resumes_and_works_offline() {
     std::fs::remove_file(src.join("reference.json")).unwrap();
     let mut files = read_dir(&src);
     files.insert("README.md".into(), b"a file the compiler does not need".to_vec());
-    let hub = Arc::new(FakeHub {
-        files,
-        log: Mutex::new(Vec::new()),
-        cut_once: Mutex::new(vec!["model.safetensors".into()]),
-    });
-    let endpoint = hub.clone().serve();
+    let hub = FakeHub::new();
+    hub.add_repo(REPO, COMMIT, files);
+    hub.cut_once("model.safetensors");
+    let endpoint = hub.serve();
     let hf_home = tmp.path().join("hf-home");
     let home = hf_home.to_str().unwrap();
 
@@ -163,7 +69,7 @@ fn a_repo_id_downloads_resumes_and_works_offline() {
     for t in a.tensors() {
         assert_eq!(t.data(), b.tensor(t.name()).unwrap().data(), "{}", t.name());
     }
-    let log = hub.log.lock().unwrap().clone();
+    let log = hub.log();
     // The cut transfer was resumed with a range starting past zero, and files
     // the compiler does not read were not fetched.
     let resumed = log.iter().any(|l| {
@@ -174,12 +80,12 @@ fn a_repo_id_downloads_resumes_and_works_offline() {
     assert!(hf_home.join("hub/models--tiny-org--tiny-llama/snapshots").join(COMMIT).join("config.json").exists());
 
     // Offline: the cache is enough, the hub is not asked.
-    let before = hub.log.lock().unwrap().len();
+    let before = hub.log().len();
     let offline = tmp.path().join("offline.mlxb");
     let out =
         compile(REPO, &offline, &[("HF_ENDPOINT", "http://127.0.0.1:9"), ("HF_HOME", home), ("HF_HUB_OFFLINE", "1")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(hub.log.lock().unwrap().len(), before);
+    assert_eq!(hub.log().len(), before);
 
     // Offline without the model in the cache.
     let empty = tmp.path().join("empty-home");

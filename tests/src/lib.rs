@@ -1,5 +1,6 @@
 //! Shared helpers of the workspace's end-to-end tests (in `tests/tests/`).
 
+pub mod hub;
 pub mod isa;
 pub mod server;
 pub mod steps;

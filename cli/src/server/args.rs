@@ -20,7 +20,9 @@ use mlxcel_runtime::engine::PrefixReuse;
 #[derive(Parser, Debug)]
 #[command(name = "mlxcel-server", version, long_version = long_version())]
 pub struct ServerArgs {
-    /// The bundle to serve (`mlxcel-compile` makes one).
+    /// The bundle to serve (`mlxcel-compile` makes one). When no such file
+    /// exists, a Hub repo of prebuilt bundles (owner/repo[/NAME][@REVISION])
+    /// or a catalog name is pulled into the Hugging Face cache on first use.
     #[arg(long, value_name = "PATH", env = "MLXCEL_BUNDLE")]
     pub bundle: PathBuf,
 

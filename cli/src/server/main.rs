@@ -74,7 +74,8 @@
 //!
 //! Each flag reads `MLXCEL_<NAME>` when not given, and where llama-server
 //! has the option, its variable as a fallback (flag > `MLXCEL_*` >
-//! `LLAMA_*` > default): `--bundle` (required), `--host` (127.0.0.1;
+//! `LLAMA_*` > default): `--bundle` (required; a path, or a Hub repo of
+//! prebuilt bundles pulled on first use: docs/prebuilt.md), `--host` (127.0.0.1;
 //! `LLAMA_ARG_HOST`), `--port` (8080; `LLAMA_ARG_PORT`), `--parallel`/`-np`
 //! (4 sequences at once; `LLAMA_ARG_N_PARALLEL`), `--max-queue` (64),
 //! `--ctx-size`/`-c` (0 = the model's; `LLAMA_ARG_CTX_SIZE`), `--api-key`
@@ -130,6 +131,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use mlxcel_cli::prebuilt::pull::HubSettings;
+use mlxcel_cli::prebuilt::{BundleArg, resolve_bundle_arg};
 use mlxcel_cli::process::{apply_settings, check_bundle_path};
 use mlxcel_runtime::backend::MlxOptions;
 use mlxcel_runtime::engine::{Engine, EngineOptions};
@@ -269,6 +272,30 @@ async fn serve(args: ServerArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--bundle`: the file itself, or (when no such file exists) a Hub repo of
+/// prebuilt bundles or a catalog name, pulled into the Hugging Face cache on
+/// first use (HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE; docs/prebuilt.md).
+fn resolve_bundle(args: ServerArgs) -> Result<ServerArgs> {
+    let hub = HubSettings::from_vars(|name| std::env::var(name).ok())?;
+    let bundle = match resolve_bundle_arg(&args.bundle, &hub, std::io::stderr().is_terminal())
+        .with_context(|| format!("--bundle {}", args.bundle.display()))?
+    {
+        BundleArg::Path(path) => path,
+        BundleArg::Pulled(pulled) => {
+            tracing::info!(
+                "--bundle {}: {} ({}), root hash {} as index.json says, at {}",
+                args.bundle.display(),
+                pulled.entry.file,
+                if pulled.downloaded { "downloaded and verified" } else { "from the cache" },
+                pulled.entry.blake3_root,
+                pulled.path.display()
+            );
+            pulled.path
+        }
+    };
+    Ok(ServerArgs { bundle, ..args })
+}
+
 fn main() -> ExitCode {
     let args = match ServerArgs::parse_with(|name| std::env::var(name).ok()) {
         Ok(args) => args,
@@ -285,21 +312,22 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let result = apply_settings(args.device, args.isa, args.threads).and_then(|_| {
-        // Each request in the engine holds a blocking thread (its bridge);
-        // tokenizing and rendering take a few more.
-        let blocking = (args.parallel + args.max_queue + 64).min(1 << 16);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .max_blocking_threads(blocking)
-            .thread_name("mlxcel-server")
-            .build()
-            .context("starting the async runtime")?;
-        let result = runtime.block_on(serve(args));
-        // Bridge tasks end with their requests; do not wait on a stuck one.
-        runtime.shutdown_timeout(Duration::from_secs(5));
-        result
-    });
+    let result =
+        apply_settings(args.device, args.isa, args.threads).and_then(|_| resolve_bundle(args)).and_then(|args| {
+            // Each request in the engine holds a blocking thread (its bridge);
+            // tokenizing and rendering take a few more.
+            let blocking = (args.parallel + args.max_queue + 64).min(1 << 16);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .max_blocking_threads(blocking)
+                .thread_name("mlxcel-server")
+                .build()
+                .context("starting the async runtime")?;
+            let result = runtime.block_on(serve(args));
+            // Bridge tasks end with their requests; do not wait on a stuck one.
+            runtime.shutdown_timeout(Duration::from_secs(5));
+            result
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
