@@ -25,7 +25,9 @@ mkdir -p "$work"
 bundle=$work/smollm2.mlxb
 gguf=$root/.deps/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -x "$bin/mlxcel-server" ] || { echo "structured.sh: $bin/mlxcel-server missing (cargo build --release)" >&2; exit 1; }
-[ -f "$bundle" ] || "$bin/mlxcel-compile" "$gguf" -o "$bundle" --quiet
+# Compiled afresh each run: a bundle left by an older build could lack what
+# this one writes (the token-bytes section).
+"$bin/mlxcel-compile" "$gguf" -o "$bundle" --quiet
 log=$work/server.log
 "$bin/mlxcel-server" --bundle "$bundle" --port 0 -np 8 -t "$threads" >"$log" 2>&1 &
 pid=$!
