@@ -181,7 +181,8 @@ pub struct Constraint {
 impl Constraint {
     /// Computes the tokens allowed next, for the following
     /// [`Constraint::mask`]: the engine calls it on a worker thread while
-    /// the decode step that produces the logits runs.
+    /// the decode step that produces the logits runs, or after it
+    /// ([`crate::engine::MaskTiming`]).
     pub fn prepare(&mut self) {
         if self.prepared.is_none() {
             self.prepared = Some(self.matcher.compute_mask_or_eos().map_err(|e| e.to_string()));

@@ -12,7 +12,7 @@ use mlxcel_cli::flags;
 use mlxcel_cli::process::parse_device;
 use mlxcel_mlx::device::DeviceRequest;
 use mlxcel_mlx::fast::Isa;
-use mlxcel_runtime::engine::PrefixReuse;
+use mlxcel_runtime::engine::{MaskTiming, PrefixReuse};
 
 /// Serves a compiled `.mlxb` bundle over HTTP with OpenAI's API
 /// (/v1/chat/completions, /v1/completions, /v1/models) and llama-server's
@@ -140,6 +140,16 @@ pub struct ServerArgs {
     #[arg(long, value_name = "N", env = "MLXCEL_PREFILL_CHUNK", default_value_t = 512,
           value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
+
+    /// When a constrained request's token mask is computed: `overlapped`,
+    /// on a worker thread while the decode step runs; `after-step`, on the
+    /// engine thread once the step is done; `auto`, overlapped only when
+    /// the kernels leave a core free (--threads below the cores, or the
+    /// GPU), since a worker preempting a busy kernel thread stalls the step
+    /// far longer than the mask takes.
+    #[arg(long, value_name = "WHEN", env = "MLXCEL_MASK_TIMING", default_value = "auto",
+          value_parser = parse_mask_timing)]
+    pub mask_timing: MaskTiming,
 }
 
 /// `--version`: ours and the linked MLX's.
@@ -169,6 +179,16 @@ fn parse_prefix_reuse(text: &str) -> Result<PrefixReuse, String> {
         "longest" => Ok(PrefixReuse::Longest),
         "exact" => Ok(PrefixReuse::Exact),
         _ => Err("must be `longest` or `exact`".into()),
+    }
+}
+
+/// Parses `--mask-timing`.
+fn parse_mask_timing(text: &str) -> Result<MaskTiming, String> {
+    match text.trim() {
+        "auto" => Ok(MaskTiming::Auto),
+        "overlapped" => Ok(MaskTiming::Overlapped),
+        "after-step" => Ok(MaskTiming::AfterStep),
+        _ => Err("must be `auto`, `overlapped` or `after-step`".into()),
     }
 }
 

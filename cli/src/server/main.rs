@@ -174,6 +174,7 @@ fn engine_options(args: &ServerArgs) -> EngineOptions {
         kv_budget: args.kv_budget.map(|m| m as u64 * MIB),
         prefix_cache: args.cache_ram.saturating_mul(MIB),
         prefix_reuse: args.prefix_reuse,
+        mask_timing: args.mask_timing,
     }
 }
 

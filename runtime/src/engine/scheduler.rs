@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 
 use super::prefix_cache::PrefixCache;
-use super::{Command, EngineOptions, EngineStats, Event, Job, ModelInfo, PrefixReuse, Request, Shared};
+use super::{Command, EngineOptions, EngineStats, Event, Job, MaskTiming, ModelInfo, PrefixReuse, Request, Shared};
 use crate::backend::{Backend, MlxBackend, SeqId};
 use crate::constraint::Constraint;
 use crate::error::{Error, Result};
@@ -53,6 +53,8 @@ pub(super) struct Scheduler {
     reuse_unit: usize,
     /// Bytes of KV the running sequences and the prefix cache may hold together.
     kv_budget: Option<u64>,
+    /// When the grammars' masks are computed (never `Auto`).
+    mask_timing: MaskTiming,
     shared: Arc<Shared>,
     waiting: VecDeque<Box<Job>>,
     /// Admitted sequences still prefilling, oldest first.
@@ -93,6 +95,7 @@ impl Scheduler {
             },
             prefix_reuse: options.prefix_reuse,
             kv_budget: options.kv_budget,
+            mask_timing: options.mask_timing.resolve(),
             shared,
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
@@ -331,18 +334,22 @@ impl Scheduler {
         }
         let batch: Vec<(SeqId, u32)> = self.running.iter().map(|r| (r.seq, r.next_input)).collect();
         self.counters.decode_steps += 1;
-        // The grammars' masks for the tokens this step samples are computed
-        // on a worker thread while the forward pass runs.
+        // The grammars' masks for the tokens this step samples: on a worker
+        // thread while the forward pass runs, or after it (MaskTiming).
         let backend = &mut self.backend;
         let mut constrained: Vec<&mut Constraint> =
             self.running.iter_mut().filter_map(|r| r.state.constraint_mut()).collect();
         let decoded = if constrained.is_empty() {
             backend.decode(&batch)
-        } else {
+        } else if self.mask_timing == MaskTiming::Overlapped {
             std::thread::scope(|s| {
                 s.spawn(|| constrained.iter_mut().for_each(|c| c.prepare()));
                 backend.decode(&batch)
             })
+        } else {
+            let decoded = backend.decode(&batch);
+            constrained.iter_mut().for_each(|c| c.prepare());
+            decoded
         };
         let logits = match decoded {
             Ok(logits) => logits,
