@@ -45,6 +45,12 @@ pub struct BenchArgs {
     /// Prompt tokens per forward pass in the pp test.
     #[arg(value_name = "N", long, default_value_t = 512, allow_negative_numbers = true, value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
+    /// Activations' dtype: f32 (the default on every device: greedy output
+    /// matches the reference), or bf16/f16, faster on a GPU at the cost of
+    /// a little precision (a near tie between two tokens may break the
+    /// other way). Weights keep the bundle's dtype either way.
+    #[arg(value_name = "DTYPE", long, default_value = "f32", value_parser = flags::activation_dtype)]
+    pub dtype: mlxcel_mlx::Dtype,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -75,8 +81,10 @@ impl Sample {
 /// Runs `mlxcel bench`.
 pub fn bench(out: &Stdout, args: BenchArgs) -> Result<()> {
     crate::check_bundle_path(&args.bundle)?;
-    let options =
-        LoadOptions { compute_dtype: None, backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None } };
+    let options = LoadOptions {
+        compute_dtype: Some(args.dtype),
+        backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None },
+    };
     let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
     let backend = &mut model.backend;
     let context = backend.context_length();

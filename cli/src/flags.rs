@@ -36,6 +36,16 @@ pub fn seed(text: &str) -> Result<u64, String> {
     text.trim().parse().map_err(|_| "must be a whole number in 0..=18446744073709551615".to_string())
 }
 
+/// Parses `--dtype`, the activations' dtype: `f32`, `bf16` or `f16`.
+pub fn activation_dtype(text: &str) -> Result<mlxcel_mlx::Dtype, String> {
+    match text.trim() {
+        "f32" | "float32" => Ok(mlxcel_mlx::Dtype::F32),
+        "bf16" | "bfloat16" => Ok(mlxcel_mlx::Dtype::BF16),
+        "f16" | "float16" => Ok(mlxcel_mlx::Dtype::F16),
+        _ => Err("must be f32, bf16 or f16".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +68,12 @@ mod tests {
         assert_eq!(count(0, usize::MAX)("0"), Ok(0));
         assert!(seed("-1").is_err());
         assert_eq!(seed("18446744073709551615"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn activation_dtypes() {
+        assert_eq!(activation_dtype("bf16"), Ok(mlxcel_mlx::Dtype::BF16));
+        assert_eq!(activation_dtype("float32"), Ok(mlxcel_mlx::Dtype::F32));
+        assert!(activation_dtype("f64").unwrap_err().contains("f32, bf16 or f16"));
     }
 }

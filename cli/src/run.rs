@@ -69,6 +69,12 @@ pub struct RunArgs {
     /// Prompt tokens per forward pass while prefilling (>= 1).
     #[arg(value_name = "N", long, default_value_t = 512, allow_negative_numbers = true, value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
+    /// Activations' dtype: f32 (the default on every device: greedy output
+    /// matches the reference), or bf16/f16, faster on a GPU at the cost of
+    /// a little precision (a near tie between two tokens may break the
+    /// other way). Weights keep the bundle's dtype either way.
+    #[arg(value_name = "DTYPE", long, default_value = "f32", value_parser = flags::activation_dtype)]
+    pub dtype: mlxcel_mlx::Dtype,
     /// Stop when this text appears (repeatable).
     #[arg(long = "stop")]
     pub stop: Vec<String>,
@@ -164,7 +170,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     let options = EngineOptions {
         load: LoadOptions {
-            compute_dtype: None,
+            compute_dtype: Some(args.dtype),
             backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: args.max_kv_size },
         },
         // One conversation: one sequence at a time.

@@ -141,6 +141,13 @@ pub struct ServerArgs {
           value_parser = flags::count(1, usize::MAX))]
     pub prefill_chunk: usize,
 
+    /// Activations' dtype: f32 (the default on every device: greedy output
+    /// matches the reference), or bf16/f16, faster on a GPU at the cost of
+    /// a little precision. Weights keep the bundle's dtype either way.
+    #[arg(long, value_name = "DTYPE", env = "MLXCEL_DTYPE", default_value = "f32",
+          value_parser = flags::activation_dtype)]
+    pub dtype: mlxcel_mlx::Dtype,
+
     /// When a constrained request's token mask is computed: `overlapped`,
     /// on a worker thread while the decode step runs; `after-step`, on the
     /// engine thread once the step is done; `auto`, overlapped only when

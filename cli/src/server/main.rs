@@ -164,7 +164,7 @@ fn api_keys(args: &ServerArgs) -> Result<Vec<Vec<u8>>> {
 fn engine_options(args: &ServerArgs) -> EngineOptions {
     EngineOptions {
         load: LoadOptions {
-            compute_dtype: None,
+            compute_dtype: Some(args.dtype),
             backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None },
         },
         max_batch: args.parallel,

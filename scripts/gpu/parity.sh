@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU parity check of issue [9], run on the lent NVIDIA machine after
+# `source scripts/gpu/remote.sh env` (docs/cuda.md "GPU parity"):
+#
+#   bash scripts/gpu/parity.sh BUNDLE [STEPS]
+#
+# Decodes the reference prompts greedily on the CPU (logit_trace), then on
+# the GPU following the CPU's tokens, and compares each step's
+# log-probabilities: f32 activations with TF32 matrix products (MLX's
+# default on the GPU), f32 with full-precision products
+# (MLX_ENABLE_TF32=0), and bf16 activations for the record. The f32 runs
+# must stay within TOL of the CPU and pick the CPU's token at every step
+# whose top two tokens are more than MARGIN apart; bf16 is reported, not
+# judged. Exit status: 1 when an f32 run fails.
+set -uo pipefail
+bundle=${1:?usage: parity.sh BUNDLE [STEPS]}
+steps=${2:-32}
+bin=${BIN:-.gpu/bin}
+tol=${TOL:-0.02}
+margin=${MARGIN:-0.05}
+out=${OUT:-/tmp}/parity-$(basename "$bundle" .mlxb)
+mkdir -p "$out"
+# Prompt rows per forward pass: at most 16 keeps MLX's run-time kernel
+# compilation on the GPU to one bucket of rows (scripts/gpu/jit.sh).
+trace() { "$bin/logit_trace" "$bundle" "$@" --prefill-chunk "${CHUNK:-16}"; }
+
+echo "== $bundle: CPU reference, f32"
+MLXCEL_DEVICE=cpu trace "$out/cpu.json" --steps "$steps" || exit 1
+status=0
+echo "== GPU, f32 activations, TF32 products (the default)"
+MLXCEL_DEVICE=gpu trace "$out/gpu-f32.json" --steps "$steps" --follow "$out/cpu.json" --tol "$tol" --margin "$margin" || status=1
+echo "== GPU, f32 activations, f32 products (MLX_ENABLE_TF32=0)"
+MLX_ENABLE_TF32=0 MLXCEL_DEVICE=gpu trace "$out/gpu-f32-notf32.json" --steps "$steps" --follow "$out/cpu.json" \
+  --tol "$tol" --margin "$margin" || status=1
+echo "== GPU, bf16 activations (--dtype bf16; reported, not judged)"
+MLXCEL_DEVICE=gpu trace "$out/gpu-bf16.json" --steps "$steps" --dtype bf16 --follow "$out/cpu.json" \
+  --tol "$tol" --margin "$margin" || true
+echo "== GPU, f32, greedy on its own"
+MLXCEL_DEVICE=gpu trace "$out/gpu-own.json" --steps "$steps"
+exit $status
