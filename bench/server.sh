@@ -259,7 +259,11 @@ for quant in $quants; do
         ;;
       mlx_lm.server)
         # MLX's CPU backend sizes its own pool: mlx-lm gets THREADS cores.
-        start_server "$server" "$log" taskset -c "0-$((threads - 1))" "$py" -m mlx_lm server \
+        # Its /v1/models scans the Hugging Face cache and fails (500) when
+        # the folder does not exist: give it an empty one of its own.
+        mkdir -p "$work/hf-cache"
+        start_server "$server" "$log" env HF_HUB_CACHE="$work/hf-cache" \
+          taskset -c "0-$((threads - 1))" "$py" -m mlx_lm server \
           --model "$export_dir" --host 127.0.0.1 --port "$port" \
           --decode-concurrency "$parallel" --prompt-concurrency "$parallel"
         ;;
