@@ -13,7 +13,9 @@ NVRTC_SITE  an unpacked nvidia-cuda-nvrtc + nvidia-cuda-runtime cu13 wheel
 SOURCE      the module's source symbol, e.g. qmm_naive or gather
 NAMES       a cached NAME.txt from the GPU host (kernel name expressions,
             one per line, before a tab)
-OUT         where the cubin goes
+OUT         where the cubin goes; with a .ptx suffix, a NAME.txt of the
+            kernels' lowered names is written beside it, which makes OUT's
+            folder an MLX_PTX_CACHE_DIR that MLX loads instead of compiling
 ARCH        default sm_90a (MLX adds "a" from compute capability 9)
 """
 import ctypes
@@ -87,6 +89,13 @@ def main():
     nvrtc.nvrtcGetCUBIN(prog, cubin)
     open(out, 'wb').write(cubin.raw)
     print(f'{out}: {size.value} bytes')
+    if out.endswith('.ptx'):
+        lines = []
+        for name in names:
+            lowered = ctypes.c_char_p()
+            assert nvrtc.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(lowered)) == 0
+            lines.append(f'{name}\t{lowered.value.decode()}\n')
+        open(out[:-len('.ptx')] + '.txt', 'w').write(''.join(lines))
 
 
 if __name__ == '__main__':
