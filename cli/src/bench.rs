@@ -54,6 +54,8 @@ pub struct BenchArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub gpu: mlxcel_cli::process::GpuKernelFlags,
 }
 
 /// Tokens per second of each repetition of one test.
@@ -84,6 +86,7 @@ pub fn bench(out: &Stdout, args: BenchArgs) -> Result<()> {
     let options = LoadOptions {
         compute_dtype: Some(args.dtype),
         backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None },
+        gpu_kernels: args.gpu.options(),
     };
     let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
     let backend = &mut model.backend;

@@ -288,6 +288,10 @@ pub fn to_text(bundle: &Bundle, tensors: bool) -> String {
         }
         out.push_str(&table(&rows));
     }
+    let gpu = mlxcel_runtime::gpu_kernels::bundle_targets(bundle);
+    if !gpu.is_empty() {
+        let _ = writeln!(out, "\nGPU kernels (mlxcel-compile --target) for: {}", gpu.join(", "));
+    }
     let manifest = bundle.manifest();
     if !manifest.metadata.is_empty() {
         let _ = writeln!(out, "\nmetadata");

@@ -3,13 +3,14 @@
 //! environment (`MLXCEL_DEVICE`, `MLXCEL_ISA`, `MLXCEL_THREADS`: README.md)
 //! with the flags taking precedence, and applied once at start.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use mlxcel_mlx::Device;
 use mlxcel_mlx::device::DeviceRequest;
 use mlxcel_mlx::fast::Isa;
 use mlxcel_mlx::settings::Settings;
+use mlxcel_runtime::gpu_kernels::{GpuKernelOptions, MissingGpuKernels};
 
 /// Parses `--device`: cpu, gpu or auto.
 pub fn parse_device(value: &str) -> std::result::Result<DeviceRequest, String> {
@@ -40,4 +41,42 @@ pub fn check_bundle_path(path: &Path) -> Result<()> {
         bail!("{} is a directory, not a bundle file", path.display());
     }
     Ok(())
+}
+
+/// The flags for MLX's CUDA kernels that a bundle carries
+/// (`mlxcel-compile --target cuda-smXY`), shared by `mlxcel run`,
+/// `mlxcel bench` and `mlxcel-server`. Only a CUDA GPU reads them.
+#[derive(clap::Args, Clone, Debug)]
+pub struct GpuKernelFlags {
+    /// On a CUDA GPU, what to do with a bundle that has no kernels compiled
+    /// for it (`mlxcel-compile --target cuda-smXY`): refuse it, naming the
+    /// GPU's architecture and the bundle's; jit, let MLX compile them while
+    /// running (seconds to a minute for each, the first time a process
+    /// meets a new prompt-length tile); or cpu, run such a bundle on the CPU.
+    #[arg(long, value_name = "refuse|jit|cpu", env = "MLXCEL_GPU_KERNELS", default_value = "refuse",
+          value_parser = parse_missing_gpu_kernels)]
+    pub gpu_kernels: MissingGpuKernels,
+    /// Where a bundle's GPU kernels are unpacked for MLX to load (a folder
+    /// per bundle and GPU inside) [default: $XDG_CACHE_HOME/mlxcel/gpu-kernels,
+    /// else ~/.cache/mlxcel/gpu-kernels].
+    #[arg(long, value_name = "DIR", env = "MLXCEL_GPU_KERNEL_CACHE")]
+    pub gpu_kernel_cache: Option<PathBuf>,
+}
+
+impl GpuKernelFlags {
+    /// The runtime's options for these flags.
+    pub fn options(&self) -> GpuKernelOptions {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let cache_root = self.gpu_kernel_cache.clone().or_else(|| {
+            var("XDG_CACHE_HOME")
+                .or_else(|| var("HOME").map(|home| home.join(".cache")))
+                .map(|cache| cache.join("mlxcel").join("gpu-kernels"))
+        });
+        GpuKernelOptions { cache_root, missing: self.gpu_kernels }
+    }
+}
+
+/// Parses `--gpu-kernels`: refuse, jit or cpu.
+fn parse_missing_gpu_kernels(value: &str) -> std::result::Result<MissingGpuKernels, String> {
+    MissingGpuKernels::parse(value).ok_or_else(|| format!("{value:?} is not a choice: use refuse, jit or cpu"))
 }

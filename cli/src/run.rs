@@ -18,6 +18,7 @@ use crate::check_bundle_path;
 use crate::flags;
 use crate::input::{self, Input};
 use crate::output::{Interrupted, Stdout, note};
+use mlxcel_cli::process::GpuKernelFlags;
 
 /// Options of `mlxcel run`. Numeric flags are checked by flag name before
 /// any work (`flags`); negative numbers are read as (refused) values.
@@ -95,6 +96,8 @@ pub struct RunArgs {
     /// Print load time, prompt and decode speed and peak memory (to stderr).
     #[arg(short, long)]
     pub verbose: bool,
+    #[command(flatten)]
+    pub gpu: GpuKernelFlags,
 }
 
 impl RunArgs {
@@ -172,6 +175,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         load: LoadOptions {
             compute_dtype: Some(args.dtype),
             backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: args.max_kv_size },
+            gpu_kernels: args.gpu.options(),
         },
         // One conversation: one sequence at a time.
         max_batch: 1,
@@ -192,6 +196,9 @@ pub fn run(args: RunArgs) -> Result<()> {
             model.load_time.as_secs_f64() * 1e3,
             mlxcel_mlx::device::default_device()
         );
+        if let Some(kernels) = &model.gpu_kernels {
+            note!("[mlxcel] GPU kernels: {kernels}");
+        }
     }
     let gen_options = GenerationOptions {
         max_tokens: args.max_tokens,

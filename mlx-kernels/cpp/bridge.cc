@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -685,6 +686,30 @@ rust::String device_name(DeviceKind device) {
     if (!a.empty()) name += (name.empty() ? "" : " (") + a + (name.empty() ? "" : ")");
   }
   return rust::String(name);
+}
+
+// The NVRTC architecture MLX compiles its run-time kernels for on GPU 0,
+// `sm_{major}{minor}` with MLX's `a` suffix from compute capability 9
+// (jit_module.cpp), or "" without a CUDA GPU.
+rust::String cuda_arch() {
+  if (!mx::is_available(mx::Device::gpu)) return rust::String("");
+  const auto& info = mx::device_info(mx::Device::gpu);
+  auto major = info.find("compute_capability_major");
+  auto minor = info.find("compute_capability_minor");
+  if (major == info.end() || minor == info.end() || !std::holds_alternative<size_t>(major->second) ||
+      !std::holds_alternative<size_t>(minor->second)) {
+    return rust::String("");
+  }
+  size_t ma = std::get<size_t>(major->second);
+  size_t mi = std::get<size_t>(minor->second);
+  return rust::String("sm_" + std::to_string(ma) + std::to_string(mi) + (ma >= 9 ? "a" : ""));
+}
+
+// MLX reads MLX_PTX_CACHE_DIR once, when it first needs a run-time kernel;
+// setting it before that points MLX at the kernels a bundle carries.
+void set_jit_cache_dir(rust::Str dir) {
+  std::string value(dir);
+  if (setenv("MLX_PTX_CACHE_DIR", value.c_str(), 1) != 0) throw std::runtime_error("setenv MLX_PTX_CACHE_DIR failed");
 }
 
 void synchronize() { mx::synchronize(); }

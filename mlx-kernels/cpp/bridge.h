@@ -163,6 +163,8 @@ bool gpu_available();
 DeviceKind default_device();
 void set_default_device(DeviceKind device);
 rust::String device_name(DeviceKind device);
+rust::String cuda_arch();
+void set_jit_cache_dir(rust::Str dir);
 void synchronize();
 size_t active_memory();
 size_t peak_memory();

@@ -105,6 +105,28 @@ pub fn set_default_device(device: Device) -> Result<()> {
     bridge::set_default_device(device.ffi()).map_err(|e| Error::Device(e.what().to_string()))
 }
 
+/// The CUDA major version of the linked MLX build (`mlx-cuda-13`, the
+/// `cuda` feature), or `None` for a build without CUDA: kernels compiled
+/// ahead of time must come from the same major (their NVRTC).
+pub const CUDA_MAJOR: Option<u32> = if cfg!(feature = "cuda") { Some(13) } else { None };
+
+/// The architecture MLX compiles its run-time (NVRTC) kernels for on this
+/// machine's GPU, as NVRTC names it (`sm_90a` on an H100/H200: MLX adds the
+/// `a` from compute capability 9), or `None` without a CUDA GPU.
+pub fn cuda_arch() -> Option<String> {
+    let arch = bridge::cuda_arch();
+    (!arch.is_empty()).then_some(arch)
+}
+
+/// Points MLX's cache of run-time compiled kernels (`MLX_PTX_CACHE_DIR`) at
+/// `dir`. MLX reads the setting once, the first time it needs such a
+/// kernel, so this must run before the first GPU computation; the runtime
+/// calls it when it installs a bundle's precompiled kernels.
+pub fn set_jit_cache_dir(dir: &std::path::Path) -> Result<()> {
+    let dir = dir.to_str().ok_or_else(|| Error::Device(format!("{} is not valid UTF-8", dir.display())))?;
+    bridge::set_jit_cache_dir(dir).map_err(|e| Error::Device(e.what().to_string()))
+}
+
 /// Waits until all queued work on the default stream is done.
 pub fn synchronize() -> Result<()> {
     bridge::synchronize().map_err(|e| Error::mlx("synchronize", e))

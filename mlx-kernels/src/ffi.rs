@@ -464,6 +464,8 @@ pub(crate) mod bridge {
         fn default_device() -> DeviceKind;
         fn set_default_device(device: DeviceKind) -> Result<()>;
         fn device_name(device: DeviceKind) -> Result<String>;
+        fn cuda_arch() -> String;
+        fn set_jit_cache_dir(dir: &str) -> Result<()>;
         fn synchronize() -> Result<()>;
         fn active_memory() -> usize;
         fn peak_memory() -> usize;

@@ -88,6 +88,9 @@ pub enum Error {
     /// The bundle could not be used.
     #[error("bundle: {0}")]
     Bundle(String),
+    /// The bundle's GPU kernels are missing for this GPU or cannot be installed.
+    #[error("GPU kernels: {0}")]
+    GpuKernels(String),
     /// A batched decode step failed; every sequence in it fails with it.
     #[error("the decode step failed: {0}")]
     Step(String),

@@ -15,7 +15,9 @@
 //!   token by token with llguidance;
 //! - [`engine`]: the model on a thread of its own behind a `Send + Sync`
 //!   handle, batching requests continuously (what `mlxcel run` and the
-//!   server drive).
+//!   server drive);
+//! - [`gpu_kernels`]: MLX's CUDA kernels compiled ahead of time into the
+//!   bundle, installed before the first GPU step.
 
 pub mod backend;
 pub mod chat;
@@ -24,6 +26,7 @@ pub mod constraint;
 pub mod engine;
 mod error;
 pub mod generate;
+pub mod gpu_kernels;
 pub mod kv_cache;
 pub mod loader;
 pub mod models;

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::backend::{MlxBackend, MlxOptions};
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
+use crate::gpu_kernels::{self, GpuKernelOptions, GpuTarget};
 use crate::models;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{QuantSpec, Weights};
@@ -25,6 +26,9 @@ pub struct LoadOptions {
     pub compute_dtype: Option<Dtype>,
     /// Backend settings (prefill chunk, KV cap).
     pub backend: MlxOptions,
+    /// Where the bundle's precompiled GPU kernels go, and what to do
+    /// without them (only on a CUDA GPU).
+    pub gpu_kernels: GpuKernelOptions,
 }
 
 /// Sampling and stopping defaults the model ships with (Hugging Face
@@ -123,6 +127,8 @@ pub struct LoadedModel {
     pub name: String,
     /// Bytes of tensor data loaded.
     pub weight_bytes: u64,
+    /// The bundle's GPU kernels, when the model runs on a CUDA GPU.
+    pub gpu_kernels: Option<gpu_kernels::Installed>,
     /// Time from opening the file to the model being ready.
     pub load_time: Duration,
 }
@@ -242,6 +248,13 @@ fn rows16_groups(bundle: &Bundle) -> Result<std::collections::HashSet<String>> {
 pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
     let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
+    // Before anything runs on the GPU: MLX reads its kernel cache setting once.
+    let gpu_kernels = match GpuTarget::detect() {
+        Some(gpu) if mlxcel_mlx::device::default_device() == mlxcel_mlx::Device::Gpu => {
+            Some(gpu_kernels::install(&bundle, &gpu, &options.gpu_kernels)?)
+        }
+        _ => None,
+    };
     let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
     let parts = build_parts(&bundle, compute, false)?;
     let backend = MlxBackend::new(parts.model, options.backend.clone())?;
@@ -254,6 +267,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
         config: parts.config,
         architecture: parts.architecture,
         weight_bytes: parts.weight_bytes,
+        gpu_kernels,
         load_time: start.elapsed(),
     })
 }

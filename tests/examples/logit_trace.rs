@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p mlxcel-tests --example logit_trace -- BUNDLE OUT.json [--steps 32] [--dtype f32|bf16|f16]
-//!     [--prefill-chunk 512] [--follow REF.json [--tol 0.02] [--margin 0.05]]
+//!     [--prefill-chunk 512] [--gpu-kernels refuse|jit|cpu] [--follow REF.json [--tol 0.02] [--margin 0.05]]
 //! MLXCEL_DEVICE=gpu ...    # the device, as the binaries read it
 //! ```
 //!
@@ -29,6 +29,7 @@ use std::process::ExitCode;
 use mlxcel_mlx::Dtype;
 use mlxcel_runtime::backend::{Backend, MlxOptions};
 use mlxcel_runtime::chat::Message;
+use mlxcel_runtime::gpu_kernels::{GpuKernelOptions, MissingGpuKernels};
 use mlxcel_runtime::loader::{LoadOptions, load};
 use serde_json::{Value, json};
 
@@ -81,7 +82,16 @@ fn main() -> ExitCode {
 
     let prefill_chunk: usize =
         flag(&args, "--prefill-chunk").map_or(512, |s| s.parse().expect("--prefill-chunk: a count"));
-    let options = LoadOptions { compute_dtype: Some(dtype), backend: MlxOptions { prefill_chunk, max_kv: None } };
+    // The bundle's GPU kernels (mlxcel-compile --target), or MLX's run-time
+    // compilation with `--gpu-kernels jit`.
+    let missing = flag(&args, "--gpu-kernels").map_or(MissingGpuKernels::Refuse, |s| {
+        MissingGpuKernels::parse(s).unwrap_or_else(|| panic!("--gpu-kernels {s}: use refuse, jit or cpu"))
+    });
+    let options = LoadOptions {
+        compute_dtype: Some(dtype),
+        backend: MlxOptions { prefill_chunk, max_kv: None },
+        gpu_kernels: GpuKernelOptions { cache_root: None, missing },
+    };
     let mut model = load(&PathBuf::from(bundle), &options).unwrap_or_else(|e| panic!("{bundle}: {e}"));
     let device = format!("{:?}", mlxcel_mlx::device::default_device());
     eprintln!("{bundle}: {device}, {dtype:?} activations, {steps} steps per prompt");

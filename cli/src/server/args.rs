@@ -157,6 +157,9 @@ pub struct ServerArgs {
     #[arg(long, value_name = "WHEN", env = "MLXCEL_MASK_TIMING", default_value = "auto",
           value_parser = parse_mask_timing)]
     pub mask_timing: MaskTiming,
+
+    #[command(flatten)]
+    pub gpu: mlxcel_cli::process::GpuKernelFlags,
 }
 
 /// `--version`: ours and the linked MLX's.

@@ -166,6 +166,7 @@ fn engine_options(args: &ServerArgs) -> EngineOptions {
         load: LoadOptions {
             compute_dtype: Some(args.dtype),
             backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None },
+            gpu_kernels: args.gpu.options(),
         },
         max_batch: args.parallel,
         max_waiting: args.max_queue,
@@ -210,6 +211,9 @@ async fn serve(args: ServerArgs) -> Result<()> {
                     device = %mlxcel_mlx::device::default_device(),
                     "model loaded: ready"
                 );
+                if let Some(kernels) = &m.gpu_kernels {
+                    tracing::info!("GPU kernels: {kernels}");
+                }
                 let engine = Arc::new(engine);
                 let _ = state.engine.set(engine.clone());
                 engine

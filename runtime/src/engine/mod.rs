@@ -232,6 +232,8 @@ pub struct ModelInfo {
     pub defaults: GenerationDefaults,
     /// Bytes of tensor data loaded.
     pub weight_bytes: u64,
+    /// The bundle's GPU kernels, when the model runs on a CUDA GPU.
+    pub gpu_kernels: Option<crate::gpu_kernels::Installed>,
     /// Time from opening the bundle to the model being ready.
     pub load_time: Duration,
     /// The KV cache sizes of its layers ([`ModelInfo::kv_bytes_for`]).
@@ -476,6 +478,7 @@ impl Engine {
                     architecture,
                     name,
                     weight_bytes,
+                    gpu_kernels,
                     load_time,
                 } = loaded;
                 // The context a sequence may use: the model's, or less when asked.
@@ -491,6 +494,7 @@ impl Engine {
                     chat_template,
                     defaults,
                     weight_bytes,
+                    gpu_kernels,
                     load_time,
                     kv,
                 });
