@@ -79,7 +79,7 @@ struct Args {
     /// MLX compiles a few kernel modules (the embedding lookup's gather, the
     /// quantized matmul of prompts of 8 or more tokens) on the GPU host the
     /// first time a process needs them, seconds to a minute each; these
-    /// are compiled here with NVRTC (no GPU needed, about 20 s a module) and
+    /// are compiled here with NVRTC (no GPU needed; 3 s to 50 s a module, ~2 GB each) and
     /// stored so that the runtime starts with them ready. Only f32
     /// activations (MLX's float32, the runtime's default) are covered, and
     /// only MLX 0.32.4's CUDA wheel. See docs/compiler.md.
