@@ -10,7 +10,8 @@ export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 setup:
 	@bash scripts/setup.sh
 
-## Also install MLX's CUDA wheel into .deps/mlx-cuda-13 (for `--features cuda`; docs/cuda.md).
+## Also install MLX's CUDA wheel into .deps/mlx-cuda-13 (for `--features cuda`; docs/cuda.md)
+## and NVRTC into .deps/nvrtc-13 (for `mlxcel-compile --target cuda-smXY`; docs/compiler.md).
 setup-cuda:
 	@MLXCEL_SETUP_CUDA=1 bash scripts/setup.sh
 
@@ -22,10 +23,11 @@ build: setup
 demo: build
 	@bash scripts/demo.sh
 
-## The whole suite: format check, clippy with -D warnings, the workflow lint, every test
+## The whole suite (with setup-cuda: the tests compile MLX's CUDA kernels with NVRTC,
+## no GPU needed): format check, clippy with -D warnings, the workflow lint, every test
 ## of the workspace, the AArch64 NEON kernels under qemu, the prebuilt bundles'
 ## reproducibility, then a bounded fuzzing run of the bundle reader.
-test: setup fmt-check clippy actionlint unit isa-check bundles-repro fuzz
+test: setup setup-cuda fmt-check clippy actionlint unit isa-check bundles-repro fuzz
 
 ## The prebuilt bundles of bundles/catalog.toml, their index.json and the SBOM,
 ## into dist/ (docs/prebuilt.md). BUNDLES_FLAGS passes flags to the script

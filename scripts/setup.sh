@@ -10,7 +10,10 @@
 #   - cargo-fuzz (pinned), for the fuzz step of `make test`, in .deps/cargo/bin;
 #   - with MLXCEL_SETUP_BUNDLES=1 (`make bundles`), cargo-cyclonedx (pinned),
 #     for the SBOM of the prebuilt bundles, in .deps/cargo/bin;
-#   - actionlint (deps/tools.txt), for `make actionlint`, in .deps/actionlint.
+#   - actionlint (deps/tools.txt), for `make actionlint`, in .deps/actionlint;
+#   - with MLXCEL_SETUP_CUDA=1 (`make setup-cuda`), MLX's CUDA wheel
+#     (deps/mlx-cuda-13.txt) in .deps/mlx-cuda-13, and NVRTC with the CUDA
+#     runtime's headers (deps/nvrtc-13.txt) in .deps/nvrtc-13.
 # Idempotent: each step leaves a stamp holding the hash of its inputs and is
 # skipped while the stamp matches and its outputs exist.
 set -euo pipefail
@@ -114,6 +117,24 @@ if [ "${MLXCEL_SETUP_CUDA:-0}" = 1 ]; then
     mv "$cuda_root.partial" "$cuda_root"
     rm -f "$deps/wheels/"mlx_cuda_13-*
     stamp_write mlx-cuda-13 "$cuda_lock"
+  fi
+  # NVRTC and the CUDA runtime's headers (deps/nvrtc-13.txt), unpacked in
+  # the wheels' site layout (nvidia/cu13/{lib,include}): what
+  # `mlxcel-compile --target cuda-smXY` compiles MLX's kernels with.
+  nvrtc_lock=$root/deps/nvrtc-13.txt
+  nvrtc_root=$deps/nvrtc-13
+  if ! stamp_ok nvrtc-13 "$nvrtc_lock" || [ ! -f "$nvrtc_root/nvidia/cu13/lib/libnvrtc.so.13" ] \
+    || [ ! -f "$nvrtc_root/nvidia/cu13/include/cuda_runtime.h" ]; then
+    say "installing the pinned NVRTC 13.0 and CUDA runtime headers into $nvrtc_root"
+    pip_download "$nvrtc_lock"
+    rm -rf "$nvrtc_root.partial"
+    unzip_members "$(wheel_path nvidia_cuda_nvrtc 13.0.88)" "$nvrtc_root.partial"
+    unzip_members "$(wheel_path nvidia_cuda_runtime 13.0.96)" "$nvrtc_root.partial"
+    [ -f "$nvrtc_root.partial/nvidia/cu13/lib/libnvrtc.so.13" ] || die "the NVRTC wheel has no nvidia/cu13/lib/libnvrtc.so.13"
+    rm -rf "$nvrtc_root" "$nvrtc_root.partial/"nvidia_cuda_*.dist-info
+    mv "$nvrtc_root.partial" "$nvrtc_root"
+    rm -f "$deps/wheels/"nvidia_cuda_nvrtc-* "$deps/wheels/"nvidia_cuda_runtime-*
+    stamp_write nvrtc-13 "$nvrtc_lock"
   fi
 fi
 

@@ -76,8 +76,17 @@ pub mod kinds {
     pub const STABLEHLO: &str = "stablehlo";
     /// An IREE VM flatbuffer module; key = graph name, target = IREE target (triple, CPU features or GPU arch).
     pub const IREE_VMFB: &str = "iree-vmfb";
-    /// Precompiled GPU kernels; key = kernel set, target = device arch, property `mlx_version`.
+    /// Precompiled GPU kernels; target = device arch, property
+    /// [`KERNEL_SET_KEY`] names the kernel set, which defines the key.
     pub const KERNELS: &str = "kernels";
+    /// The property of a [`KERNELS`] section naming its kernel set.
+    pub const KERNEL_SET_KEY: &str = "kernel_set";
+    /// The kernel set of MLX's own run-time-compiled CUDA kernels: files of
+    /// MLX's `MLX_PTX_CACHE_DIR`, key = the file name (`NAME.ptx` holding
+    /// the cubin, `NAME.txt` the kernels' names), target `cuda:sm_XY[a]`,
+    /// properties `mlx_version` and `cuda_major` (docs/bundle-format.md
+    /// §4.2.2).
+    pub const KERNEL_SET_MLX_PTX_CACHE: &str = "mlx-ptx-cache";
     /// An exported MLX function (`.mlxfn`); key = graph name.
     pub const MLX_FUNCTION: &str = "mlxfn";
     /// Any other blob; key names it.

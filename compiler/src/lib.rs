@@ -10,5 +10,6 @@
 #![deny(unsafe_code)]
 
 pub mod compile;
+pub mod cuda;
 pub mod hub;
 pub mod ingest;

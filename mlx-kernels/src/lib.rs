@@ -23,6 +23,7 @@ pub mod fast;
 mod ffi;
 pub mod layers;
 pub mod memory;
+pub mod nvrtc;
 mod ops;
 pub mod random;
 pub mod settings;

@@ -22,8 +22,7 @@ use mlxcel_mlx::device;
 
 use crate::error::{Error, Result};
 
-/// The `kernel_set` property of sections holding MLX cache files.
-pub const KERNEL_SET_MLX_PTX_CACHE: &str = "mlx-ptx-cache";
+pub use mlxcel_bundle::kinds::KERNEL_SET_MLX_PTX_CACHE;
 
 /// What to do when the GPU runs a bundle without kernels compiled for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -123,7 +122,7 @@ impl std::fmt::Display for Installed {
 
 /// The bundle's MLX cache sections (any target).
 fn kernel_sections(bundle: &Bundle) -> impl Iterator<Item = SectionView<'_>> {
-    bundle.sections_of_kind(kinds::KERNELS).filter(|s| s.property("kernel_set") == Some(KERNEL_SET_MLX_PTX_CACHE))
+    bundle.sections_of_kind(kinds::KERNELS).filter(|s| s.property(kinds::KERNEL_SET_KEY) == Some(KERNEL_SET_MLX_PTX_CACHE))
 }
 
 /// The targets the bundle has MLX kernels for, as `target (MLX v, CUDA n)`.

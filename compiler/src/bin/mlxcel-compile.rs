@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mlxcel_compiler::compile::{CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, compile};
+use mlxcel_compiler::compile::{CompileOptions, Progress, QuantizeTarget, TensorPlan, WeightLayout, compile};
+use mlxcel_compiler::cuda::{CudaKernelOptions, CudaTarget, KernelEvent};
 use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
 use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
@@ -73,6 +74,27 @@ struct Args {
     /// it would change, then stop without writing anything.
     #[arg(long, requires = "surgery")]
     surgery_dry_run: bool,
+    /// Also store MLX's CUDA kernels for this GPU architecture (repeatable):
+    /// cuda-sm80, cuda-sm86, cuda-sm89, cuda-sm90, cuda-sm100 or cuda-sm120.
+    /// MLX compiles a few kernel modules (the embedding lookup's gather, the
+    /// quantized matmul of prompts of 8 or more tokens) on the GPU host the
+    /// first time a process needs them, seconds to a minute each; these
+    /// are compiled here with NVRTC (no GPU needed; 3 s to 50 s a module, ~2 GB each) and
+    /// stored so that the runtime starts with them ready. Only f32
+    /// activations (MLX's float32, the runtime's default) are covered, and
+    /// only MLX 0.32.4's CUDA wheel. See docs/compiler.md.
+    #[arg(long = "target", value_name = "cuda-smXY")]
+    targets: Vec<CudaTarget>,
+    /// With --target: MLX's CUDA wheel, its mlx/ folder (version.h and
+    /// libmlx.so, whose built-in kernel sources are compiled). Default:
+    /// $MLXCEL_DEPS_DIR/mlx-cuda-13/mlx, which `make setup-cuda` installs.
+    #[arg(long, env = "MLXCEL_MLX_CUDA", value_name = "DIR")]
+    mlx_cuda: Option<PathBuf>,
+    /// With --target: the unpacked nvidia-cuda-nvrtc and nvidia-cuda-runtime
+    /// (CUDA 13) wheels, the folder holding nvidia/cu13/{lib,include}.
+    /// Default: $MLXCEL_DEPS_DIR/nvrtc-13, which `make setup-cuda` installs.
+    #[arg(long, env = "MLXCEL_NVRTC", value_name = "DIR")]
+    nvrtc: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -115,6 +137,7 @@ fn run(args: Args) -> Result<()> {
         let surgery = surgery.as_ref().context("--surgery-dry-run needs --surgery")?;
         return dry_run(&source, surgery);
     }
+    let cuda = cuda_options(&args)?;
     let options = CompileOptions {
         quantize: args.quantize,
         group_size: args.group_size,
@@ -122,6 +145,7 @@ fn run(args: Args) -> Result<()> {
         embedding_bits: args.embedding_bits,
         report: args.report,
         weight_layout: args.weight_layout,
+        cuda,
         name: args.name.clone(),
         chat_template: args
             .chat_template
@@ -144,10 +168,28 @@ fn run(args: Args) -> Result<()> {
             .progress_chars("=> "),
     );
     let mut last = 0u64;
-    let report = compile(&source, &output, &options, surgery.as_ref(), &mut |p| {
-        bar.inc(last);
-        last = p.source_bytes;
-        bar.set_message(p.tensor.to_string());
+    let report = compile(&source, &output, &options, surgery.as_ref(), &mut |p| match p {
+        Progress::Tensor { tensor, source_bytes } => {
+            bar.inc(last);
+            last = source_bytes;
+            bar.set_message(tensor.to_string());
+        }
+        Progress::Kernels(KernelEvent::Started { jobs, workers }) => {
+            bar.inc(last);
+            last = 0;
+            let line = format!("compiling {jobs} CUDA kernel modules with NVRTC, {workers} at a time");
+            log_line(&bar, args.quiet, &line);
+            bar.set_message(line);
+        }
+        Progress::Kernels(KernelEvent::Finished { module, target, seconds, bytes, done, jobs }) => {
+            let mb = bytes as f64 / 1e6;
+            log_line(
+                &bar,
+                args.quiet,
+                &format!("kernel {module} for {target}: {mb:.2} MB in {seconds:.1} s ({done}/{jobs})"),
+            );
+            bar.set_message(format!("CUDA kernel modules: {done}/{jobs} compiled"));
+        }
     })
     .with_context(|| format!("compiling into {}", output.display()))?;
     bar.inc(last);
@@ -179,7 +221,59 @@ fn run(args: Args) -> Result<()> {
         mlxcel_bundle::hex(&report.written.root_hash),
     );
     let _ = writeln!(std::io::stderr(), "tokenizer: {}", report.tokenizer);
+    if !report.kernels.is_empty() {
+        let bytes: usize = report.kernels.iter().map(|k| k.bytes).sum();
+        let seconds: f64 = report.kernels.iter().map(|k| k.seconds).sum();
+        let _ = writeln!(
+            std::io::stderr(),
+            "CUDA kernels: {} modules ({:.1} MB of cubins, {seconds:.1} s of NVRTC)",
+            report.kernels.len(),
+            bytes as f64 / 1e6
+        );
+    }
     Ok(())
+}
+
+/// What --target, --mlx-cuda and --nvrtc ask for; the tools' folders
+/// default to `make setup-cuda`'s under $MLXCEL_DEPS_DIR.
+fn cuda_options(args: &Args) -> Result<Option<CudaKernelOptions>> {
+    // --mlx-cuda and --nvrtc alone (set through the environment) do nothing.
+    if args.targets.is_empty() {
+        return Ok(None);
+    }
+    let deps = std::env::var_os("MLXCEL_DEPS_DIR").map(PathBuf::from);
+    let pick = |given: &Option<PathBuf>, under_deps: &str, flag: &str, env: &str| -> Result<PathBuf> {
+        match (given, &deps) {
+            (Some(dir), _) => Ok(dir.clone()),
+            (None, Some(deps)) => Ok(deps.join(under_deps)),
+            (None, None) => bail!(
+                "--target needs {flag} DIR (or {env}, or MLXCEL_DEPS_DIR): install the CUDA tools with \
+                 `make setup-cuda`, which puts them under .deps/"
+            ),
+        }
+    };
+    let mut targets = args.targets.clone();
+    targets.sort();
+    targets.dedup();
+    Ok(Some(CudaKernelOptions {
+        targets,
+        mlx_cuda: pick(&args.mlx_cuda, "mlx-cuda-13/mlx", "--mlx-cuda", "MLXCEL_MLX_CUDA")?,
+        nvrtc: pick(&args.nvrtc, "nvrtc-13", "--nvrtc", "MLXCEL_NVRTC")?,
+    }))
+}
+
+/// A line of progress that stays: above the bar on a terminal, a plain
+/// line on stderr otherwise (a log), nothing with --quiet.
+fn log_line(bar: &ProgressBar, quiet: bool, line: &str) {
+    if quiet {
+        return;
+    }
+    if bar.is_hidden() {
+        // A closed stderr is no reason to fail the compile.
+        let _ = writeln!(std::io::stderr(), "{line}");
+    } else {
+        bar.println(line);
+    }
 }
 
 /// The context of a failed write to standard output.

@@ -67,6 +67,9 @@ pub enum CompileError {
     /// The surgery is invalid for this model, or failed.
     #[error(transparent)]
     Surgery(#[from] mlxcel_surgery::SurgeryError),
+    /// Loading the CUDA tools or compiling MLX's kernels failed.
+    #[error(transparent)]
+    Kernels(#[from] crate::cuda::KernelError),
     /// Reading a source file for its digest failed.
     #[error("reading {path}: {cause}")]
     Io {
@@ -96,6 +99,34 @@ pub struct TensorReport {
     pub rel_rms_error: Option<f64>,
     /// Whether the weight and its scales and biases are in the `rows16` layout.
     pub rows16: bool,
+    /// The logical shape stored (after surgery).
+    pub shape: Vec<usize>,
+    /// The affine form, for a quantized tensor.
+    pub affine: Option<StoredAffine>,
+}
+
+/// How a quantized tensor is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredAffine {
+    /// Bits per code.
+    pub bits: u32,
+    /// Inputs per group.
+    pub group_size: u32,
+    /// The dtype of its scales and biases.
+    pub scales: crate::ingest::FloatDtype,
+}
+
+/// One kernel module compiled into the bundle (`--target cuda-*`).
+#[derive(Clone, Debug)]
+pub struct KernelReport {
+    /// MLX's module name.
+    pub module: String,
+    /// The architecture.
+    pub target: crate::cuda::CudaTarget,
+    /// Bytes of its cubin.
+    pub bytes: usize,
+    /// Seconds NVRTC took.
+    pub seconds: f64,
 }
 
 /// The outcome of [`compile`].
@@ -107,6 +138,8 @@ pub struct CompileReport {
     pub tokenizer: TokenizerReport,
     /// One entry per source tensor, in source order.
     pub tensors: Vec<TensorReport>,
+    /// The kernel modules stored, in name order (empty without `--target`).
+    pub kernels: Vec<KernelReport>,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -137,12 +170,17 @@ impl fmt::Display for TokenizerReport {
     }
 }
 
-/// Progress of a compile, one call per tensor.
-pub struct Progress<'a> {
-    /// The tensor about to be processed.
-    pub tensor: &'a str,
-    /// Its source bytes.
-    pub source_bytes: u64,
+/// Progress of a compile: one call per tensor, then the kernels' events.
+pub enum Progress<'a> {
+    /// A tensor is about to be processed.
+    Tensor {
+        /// Its name.
+        tensor: &'a str,
+        /// Its source bytes.
+        source_bytes: u64,
+    },
+    /// MLX's CUDA kernels are being compiled (`--target cuda-*`).
+    Kernels(crate::cuda::KernelEvent<'a>),
 }
 
 /// The chat template a model family uses, for sources that ship none (the
@@ -156,13 +194,15 @@ pub fn builtin_chat_template(a: Architecture) -> Option<&'static str> {
 }
 
 /// Compiles `source` into a bundle at `output`, applying `surgery` when given,
-/// calling `progress` before each tensor.
+/// calling `progress` before each tensor and as the kernels compile.
 ///
 /// Every check (options, surgery, per-tensor plans) runs before the output
 /// file is created; the tokenizer is validated and compiles (checked
 /// against `tokenizers`, about two seconds for a 262k vocabulary), and
 /// every token's bytes are decoded for the `token-bytes` section, on a
-/// second thread while the tensors stream.
+/// second thread while the tensors stream. With `options.cuda`, NVRTC
+/// and MLX's CUDA wheel are loaded before the output is created, and the
+/// kernel modules the written tensors need are compiled after them.
 pub fn compile(
     source: &SourceModel,
     output: &Path,
@@ -175,6 +215,8 @@ pub fn compile(
     let surgery_plan = c.surgery()?;
     let jobs = c.plan(surgery_plan.as_ref())?;
     let tokenizer = c.read_tokenizer()?;
+    // NVRTC and MLX's CUDA wheel are loaded and checked before the output exists.
+    let toolchain = options.cuda.as_ref().map(crate::cuda::KernelToolchain::open).transpose()?;
     std::thread::scope(|scope| {
         // The compiled tokenizer, then every token's bytes through it.
         // A panic in the tokenizer compiler costs only its section.
@@ -191,6 +233,10 @@ pub fn compile(
         c.tokenizer(&mut w, &tokenizer)?;
         c.chat_template(&mut w, &tokenizer);
         let tensors = c.tensors(&mut w, &jobs, surgery_plan.as_ref(), progress)?;
+        let kernels = match &toolchain {
+            Some(t) => c.kernels(&mut w, t, &tensors, progress)?,
+            None => Vec::new(),
+        };
         c.provenance(&mut w, &tensors, surgery_plan.as_ref())?;
         // A tokenizer.json the runtime could not use fails the compile; the
         // temporary file goes with the writer.
@@ -199,6 +245,6 @@ pub fn compile(
         };
         let (compiled_tokenizer, token_bytes) = sections?;
         let (written, tokenizer) = c.write(w, compiled_tokenizer, &token_bytes)?;
-        Ok(CompileReport { written, tokenizer, tensors, elapsed: start.elapsed() })
+        Ok(CompileReport { written, tokenizer, tensors, kernels, elapsed: start.elapsed() })
     })
 }

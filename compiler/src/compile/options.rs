@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde_json::{Value, json};
 
 use super::{CompileError, Result};
+use crate::cuda::CudaKernelOptions;
 use crate::ingest::gguf::quant::GgmlType;
 use crate::ingest::{FloatDtype, Storage, TensorInfo};
 
@@ -120,6 +121,9 @@ pub struct CompileOptions {
     pub chat_template: Option<String>,
     /// How quantized weights are arranged.
     pub weight_layout: WeightLayout,
+    /// MLX's run-time-compiled CUDA kernels to compile and store
+    /// (`--target cuda-smXY`; crate::cuda).
+    pub cuda: Option<CudaKernelOptions>,
 }
 
 impl Default for CompileOptions {
@@ -133,6 +137,7 @@ impl Default for CompileOptions {
             name: None,
             chat_template: None,
             weight_layout: WeightLayout::RowMajor,
+            cuda: None,
         }
     }
 }
@@ -159,19 +164,27 @@ impl CompileOptions {
         if self.embedding_bits.is_some() && !matches!(self.quantize, QuantizeTarget::Affine(_)) {
             return Err(CompileError::Options("--embedding-bits needs --quantize q2..q8".into()));
         }
+        if self.cuda.as_ref().is_some_and(|c| c.targets.is_empty()) {
+            return Err(CompileError::Options("CUDA kernels asked for without a --target".into()));
+        }
         Ok(())
     }
 
     /// The options as the bundle's provenance records them.
     pub(super) fn to_json(&self) -> Value {
-        json!({
+        let mut options = json!({
             "quantize": self.quantize.to_string(),
             "group_size": self.group_size,
             "keep_source_quant": self.keep_source_quant,
             "embedding_bits": self.embedding_bits,
             "chat_template_given": self.chat_template.is_some(),
             "weight_layout": self.weight_layout.to_string(),
-        })
+        });
+        // Only when asked for: bundles without kernels keep their bytes.
+        if let Some(cuda) = &self.cuda {
+            options["targets"] = json!(cuda.targets.iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+        options
     }
 }
 

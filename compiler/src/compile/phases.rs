@@ -18,7 +18,10 @@ use serde_json::{Value, json};
 
 use super::options::{CompileOptions, TensorPlan, edited_plan, plan};
 use super::write::{CHUNK_BYTES, WriteOptions, stores_rows16, write_affine_tensor, write_floats};
-use super::{CompileError, Progress, Result, TensorReport, TokenizerReport, builtin_chat_template};
+use super::{
+    CompileError, KernelReport, Progress, Result, StoredAffine, TensorReport, TokenizerReport, builtin_chat_template,
+};
+use crate::cuda::{KernelToolchain, MlxDtype, QuantizedMatrix};
 use crate::ingest::{
     FloatDtype, FloatTensor, GenerationDefaults, SourceModel, Storage, TensorData, TensorInfo, TokenizerAssets,
 };
@@ -213,7 +216,7 @@ impl<'a> Compilation<'a> {
     ) -> Result<Vec<TensorReport>> {
         let mut reports = Vec::with_capacity(jobs.len());
         for job in jobs {
-            progress(Progress { tensor: &job.name, source_bytes: job.info.nbytes });
+            progress(Progress::Tensor { tensor: &job.name, source_bytes: job.info.nbytes });
             reports.push(self.tensor(w, job, surgery)?);
         }
         Ok(reports)
@@ -243,7 +246,7 @@ impl<'a> Compilation<'a> {
             TensorPlan::Quantize { bits, .. } => stores_rows16(options.layout, shape, *bits),
             _ => false,
         };
-        let (bytes, error, rows16) = match edited {
+        let (bytes, error, rows16, shape, affine) = match edited {
             Some(values) => {
                 let shape: Vec<usize> = values.shape().iter().map(|&d| d as usize).collect();
                 p = edited_plan(&p, info, &shape);
@@ -253,14 +256,17 @@ impl<'a> Compilation<'a> {
                     data: Cow::Owned(values.to_bytes().map_err(mlx)?),
                 };
                 let (bytes, error) = write_floats(w, &job.name, &shape, &p, std::iter::once(Ok(t)), options, &mlx)?;
-                (bytes, error, in_rows16(&p, &shape))
+                (bytes, error, in_rows16(&p, &shape), shape, quantized_affine(&p))
             }
             None => match &p {
                 TensorPlan::KeepAffine => match source.load(info)? {
                     TensorData::Affine(a) => {
                         let prefix = job.name.strip_suffix(".weight").unwrap_or(&job.name);
                         let bytes = write_affine_tensor(w, prefix, &a, options.layout)?;
-                        (bytes, report.then_some(0.0), stores_rows16(options.layout, &a.shape, a.bits))
+                        let affine =
+                            StoredAffine { bits: a.bits, group_size: a.group_size as u32, scales: a.scales.dtype };
+                        let rows16 = stores_rows16(options.layout, &a.shape, a.bits);
+                        (bytes, report.then_some(0.0), rows16, a.shape.clone(), Some(affine))
                     }
                     TensorData::Float(_) => {
                         return Err(CompileError::Options(format!(
@@ -273,7 +279,7 @@ impl<'a> Compilation<'a> {
                 _ => {
                     let chunks = source.float_chunks(info, CHUNK_BYTES)?.map(|c| c.map_err(CompileError::from));
                     let (bytes, error) = write_floats(w, &job.name, &info.shape, &p, chunks, options, &mlx)?;
-                    (bytes, error, in_rows16(&p, &info.shape))
+                    (bytes, error, in_rows16(&p, &info.shape), info.shape.clone(), quantized_affine(&p))
                 }
             },
         };
@@ -284,7 +290,42 @@ impl<'a> Compilation<'a> {
             bytes,
             rel_rms_error: error,
             rows16,
+            shape,
+            affine,
         })
+    }
+
+    /// Kernels: with `--target cuda-*`, MLX's run-time-compiled CUDA
+    /// modules that the written tensors need ([`crate::cuda::plan`]),
+    /// compiled by `toolchain` and stored as two `kernels` sections each
+    /// (docs/bundle-format.md §4.2.2).
+    pub(super) fn kernels(
+        &self,
+        w: &mut BundleWriter,
+        toolchain: &KernelToolchain,
+        tensors: &[TensorReport],
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Vec<KernelReport>> {
+        let Some(cuda) = &self.options.cuda else { return Ok(Vec::new()) };
+        let modules = crate::cuda::plan::plan(&quantized_matrices(tensors), &embedding_dtypes(tensors));
+        let built = toolchain.build(&modules, &cuda.targets, &mut |e| progress(Progress::Kernels(e)))?;
+        let cuda_major = toolchain.cuda_major().to_string();
+        let mut reports = Vec::with_capacity(built.len());
+        for m in built {
+            let target = m.target.section_target();
+            for (key, bytes) in
+                [(format!("{}.ptx", m.name), &m.cubin[..]), (format!("{}.txt", m.name), m.names_txt.as_bytes())]
+            {
+                let spec = SectionSpec::new(kinds::KERNELS, key)
+                    .with_target(target.clone())
+                    .with_property(kinds::KERNEL_SET_KEY, kinds::KERNEL_SET_MLX_PTX_CACHE)
+                    .with_property("mlx_version", crate::cuda::MLX_VERSION)
+                    .with_property("cuda_major", cuda_major.clone());
+                w.add_section_bytes(spec, bytes)?;
+            }
+            reports.push(KernelReport { module: m.name, target: m.target, bytes: m.cubin.len(), seconds: m.seconds });
+        }
+        Ok(reports)
     }
 
     /// Provenance: the compiler and MLX versions, every source file's digest,
@@ -378,6 +419,49 @@ impl<'a> Compilation<'a> {
         Ok((sealed.persist()?, report))
     }
 }
+
+/// The affine form of a tensor quantized by the compiler (f32 scales).
+fn quantized_affine(p: &TensorPlan) -> Option<StoredAffine> {
+    match *p {
+        TensorPlan::Quantize { bits, group_size } => Some(StoredAffine { bits, group_size, scales: FloatDtype::F32 }),
+        _ => None,
+    }
+}
+
+/// The quantized matrices the matmul kernels see: each affine tensor's
+/// bits, group and logical input width.
+fn quantized_matrices(tensors: &[TensorReport]) -> Vec<QuantizedMatrix> {
+    tensors
+        .iter()
+        .filter_map(|t| {
+            let a = t.affine.as_ref()?;
+            let columns = *t.shape.last()? as u64;
+            Some(QuantizedMatrix { bits: a.bits, group_size: a.group_size, columns })
+        })
+        .collect()
+}
+
+/// The dtypes the embedding lookup gathers besides `float32` and `uint32`:
+/// the table's own when it is float, its scales' when quantized.
+fn embedding_dtypes(tensors: &[TensorReport]) -> Vec<MlxDtype> {
+    let mlx = |d: FloatDtype| match d {
+        FloatDtype::F32 => MlxDtype::Float32,
+        FloatDtype::F16 => MlxDtype::Float16,
+        FloatDtype::BF16 => MlxDtype::Bfloat16,
+    };
+    tensors
+        .iter()
+        .filter(|t| t.name == EMBEDDING)
+        .filter_map(|t| match (&t.affine, &t.plan) {
+            (Some(a), _) => Some(mlx(a.scales)),
+            (None, TensorPlan::Float(d)) => Some(mlx(*d)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The embedding table's canonical name.
+const EMBEDDING: &str = "model.embed_tokens.weight";
 
 /// The default model name: the source file's stem or directory name.
 fn default_name(path: &Path) -> String {

@@ -31,7 +31,7 @@ pub mod error;
 pub mod export;
 pub mod gguf;
 mod hf;
-mod mmap;
+pub(crate) mod mmap;
 pub mod shapes;
 pub mod tensor;
 mod token_ids;

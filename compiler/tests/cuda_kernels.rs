@@ -1,0 +1,148 @@
+//! `mlxcel-compile --target cuda-sm90`: MLX's run-time-compiled CUDA
+//! kernels for the real SmolLM2, compiled with NVRTC on this machine (no
+//! GPU) and stored as `kernels` sections (docs/bundle-format.md §4.2.2).
+//! Needs `make setup-cuda` (MLX's CUDA wheel and NVRTC under .deps/), which
+//! `make test` runs; fails, never skips, without them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{SMOLLM2, TempDir, model};
+use mlxcel_bundle::{Bundle, kinds};
+
+fn deps() -> PathBuf {
+    std::env::var_os("MLXCEL_DEPS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| mlxcel_tests::workspace_root().join(".deps"))
+}
+
+fn mlxcel_compile(args: &[&str], deps: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mlxcel-compile"))
+        .args(args)
+        .env("MLXCEL_DEPS_DIR", deps)
+        .env_remove("MLXCEL_MLX_CUDA")
+        .env_remove("MLXCEL_NVRTC")
+        .output()
+        .unwrap()
+}
+
+/// The H200's `NAME.txt` for `module`, where the fixtures have it.
+fn h200_names(module: &str) -> Option<String> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mlx-ptx-cache").join(format!("{module}.txt"));
+    std::fs::read_to_string(p).ok()
+}
+
+/// ELF's `e_machine` for NVIDIA CUDA.
+const EM_CUDA: u16 = 190;
+
+#[test]
+fn smollm2_with_cuda_sm90_kernels() {
+    let deps = deps();
+    for (dir, what) in [
+        (deps.join("mlx-cuda-13/mlx/lib/libmlx.so"), "MLX's CUDA wheel"),
+        (deps.join("nvrtc-13/nvidia/cu13/lib/libnvrtc.so.13"), "NVRTC"),
+    ] {
+        assert!(dir.is_file(), "{} is missing: run `make setup-cuda` to install {what}", dir.display());
+    }
+    let tmp = TempDir::new("cuda-kernels");
+    let out = tmp.path().join("smol.mlxb");
+    let gguf = model(SMOLLM2);
+    let run = mlxcel_compile(&[gguf.to_str().unwrap(), "--target", "cuda-sm90", "-o", out.to_str().unwrap()], &deps);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("CUDA kernels: 8 modules"), "{stderr}");
+
+    let bundle = Bundle::open(&out).unwrap();
+    bundle.verify(|_| {}).unwrap();
+    // SmolLM2's matrices are Q4_1 (4-bit, groups of 32, K = 576 or 1536,
+    // multiples of 64) but for the tied embedding, Q8_0 (8-bit, K = 576):
+    // the embedding's gathers and three row tiles of each width. The H200
+    // compiled the 4-bit ones for one stream's prompts (docs/cuda.md); the
+    // 8-bit ones serve the output projection of eight or more streams
+    // decoded together (a prompt projects its last row only).
+    let expected = [
+        "gather_float32_uint32_1",
+        "gather_uint32_uint32_1",
+        "qmm_naive_tn_aligned_float32_m16_b4_g32_affine",
+        "qmm_naive_tn_aligned_float32_m16_b8_g32_affine",
+        "qmm_naive_tn_aligned_float32_m32_b4_g32_affine",
+        "qmm_naive_tn_aligned_float32_m32_b8_g32_affine",
+        "qmm_naive_tn_aligned_float32_m64_b4_g32_affine",
+        "qmm_naive_tn_aligned_float32_m64_b8_g32_affine",
+    ];
+    for module in expected {
+        assert!(stderr.contains(&format!("kernel {module} for cuda-sm90: ")), "{stderr}");
+    }
+    let sections: Vec<_> = bundle.sections_of_kind(kinds::KERNELS).collect();
+    assert_eq!(sections.len(), 2 * expected.len());
+    for s in &sections {
+        assert_eq!(s.target(), "cuda:sm_90a");
+        assert_eq!(s.property(kinds::KERNEL_SET_KEY), Some(kinds::KERNEL_SET_MLX_PTX_CACHE));
+        assert_eq!(s.property("mlx_version"), Some("0.32.4"));
+        assert_eq!(s.property("cuda_major"), Some("13"));
+    }
+    for module in expected {
+        let ptx = bundle.section(kinds::KERNELS, &format!("{module}.ptx"), "cuda:sm_90a").expect(module).data();
+        assert_eq!(&ptx[..4], b"\x7fELF", "{module}.ptx is no cubin");
+        assert_eq!(u16::from_le_bytes([ptx[18], ptx[19]]), EM_CUDA, "{module}.ptx is not for CUDA");
+        let txt = bundle.section(kinds::KERNELS, &format!("{module}.txt"), "cuda:sm_90a").expect(module).data();
+        let txt = std::str::from_utf8(txt).unwrap();
+        assert!(txt.ends_with('\n'));
+        let lines: Vec<(&str, &str)> = txt.lines().map(|l| l.split_once('\t').expect("expression TAB name")).collect();
+        assert_eq!(lines.len(), if module.starts_with("gather") { 22 } else { 1 }, "{module}");
+        for (expression, lowered) in &lines {
+            assert!(expression.starts_with("mlx::core::cu::"), "{expression}");
+            assert!(lowered.starts_with("_Z"), "{module}: {expression} lowered to {lowered:?}");
+        }
+        // Where the H200's cache has the module, the names are the same,
+        // lowered names included.
+        if let Some(h200) = h200_names(module) {
+            assert_eq!(txt, h200, "{module}");
+        }
+    }
+}
+
+#[test]
+fn missing_or_wrong_cuda_tools_fail_before_the_output_exists() {
+    let tmp = TempDir::new("cuda-tools");
+    let out = tmp.path().join("x.mlxb");
+    let gguf = model(SMOLLM2);
+    let args = |mlx: &Path| {
+        vec![
+            gguf.to_str().unwrap().to_string(),
+            "--target".into(),
+            "cuda-sm90".into(),
+            "--mlx-cuda".into(),
+            mlx.to_str().unwrap().to_string(),
+            "-o".into(),
+            out.to_str().unwrap().to_string(),
+        ]
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = mlxcel_compile(&args, &tmp.path().join("no-deps"));
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = run(args(&tmp.path().join("nothing")));
+    assert!(err.contains("no MLX CUDA wheel here") && err.contains("make setup-cuda"), "{err}");
+    // Another MLX: its kernel names may differ.
+    let other = tmp.path().join("mlx-0.33");
+    std::fs::create_dir_all(other.join("include/mlx")).unwrap();
+    std::fs::create_dir_all(other.join("lib")).unwrap();
+    std::fs::write(
+        other.join("include/mlx/version.h"),
+        "#define MLX_VERSION_MAJOR 0\n#define MLX_VERSION_MINOR 33\n#define MLX_VERSION_PATCH 0\n",
+    )
+    .unwrap();
+    std::fs::write(other.join("lib/libmlx.so"), b"").unwrap();
+    let err = run(args(&other));
+    assert!(err.contains("MLX 0.33.0, but the kernel names are written for MLX 0.32.4 only"), "{err}");
+    let err = run(vec![gguf.to_str().unwrap().into(), "--target".into(), "cuda-sm75".into()]);
+    assert!(err.contains("unknown target \"cuda-sm75\""), "{err}");
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("x.mlxb")), "left behind: {left:?}");
+}
