@@ -122,7 +122,9 @@ impl std::fmt::Display for Installed {
 
 /// The bundle's MLX cache sections (any target).
 fn kernel_sections(bundle: &Bundle) -> impl Iterator<Item = SectionView<'_>> {
-    bundle.sections_of_kind(kinds::KERNELS).filter(|s| s.property(kinds::KERNEL_SET_KEY) == Some(KERNEL_SET_MLX_PTX_CACHE))
+    bundle
+        .sections_of_kind(kinds::KERNELS)
+        .filter(|s| s.property(kinds::KERNEL_SET_KEY) == Some(KERNEL_SET_MLX_PTX_CACHE))
 }
 
 /// The targets the bundle has MLX kernels for, as `target (MLX v, CUDA n)`.
