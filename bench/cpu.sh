@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # CPU throughput of mlxcel against llama.cpp and mlx-lm on the same models, in
-# the same run (issue [7]; results in docs/benchmarks.md).
+# the same run (issues [7] and [13]; results in docs/benchmarks.md).
 #
 #   bash bench/cpu.sh            # 2 threads, 3 repetitions, pp512 / tg128
 #   THREADS=1 REPS=5 bash bench/cpu.sh
 #   SKIP_MLX_LM=1 bash bench/cpu.sh   # mlx-lm takes ~10 minutes on 2 cores
+#   FORMATS="Q4_0 Q8_0" MODELS=smollm2 bash bench/cpu.sh
 #
-# For each real model of `make setup` (SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M):
+# For each real model of `make setup` (MODELS: smollm2 = SmolLM2-135M Q4_1,
+# gemma3 = Gemma 3 270M Q4_K_M) and each weight format (FORMATS, default
+# "package Q4_0 Q8_0 BF16": the package's own file, then llama.cpp's fastest
+# formats, made from it by `llama-quantize --allow-requantize`; the requantized
+# weights are the package's dequantized, so both engines read the same numbers):
 #   - llama.cpp: llama-bench -m MODEL.gguf -p 512 -n 128 -t THREADS -r REPS, built
 #     from the llama-cpp-python==0.3.36 source package (it vendors llama.cpp)
 #     into .deps/llama.cpp-0.3.36 on first use by bench/llama_cpp.sh (~5 min on 2 cores);
 #   - mlxcel: `mlxcel bench` on the bundle `mlxcel-compile` makes from the same
-#     GGUF (lossless transcode: the same codes, scales and biases);
+#     GGUF (lossless transcode: the same codes, scales and biases; BF16 stays bf16);
 #   - mlx-lm: bench/mlx_lm_bench.py on those exact weights (exported from the
-#     bundle by the export_mlx_lm example);
-# then prints one table with ratios, and the decode roofline: bytes of weights
-# read per token over the machine's measured read bandwidth.
+#     bundle by the export_mlx_lm example), on the package files only (it is
+#     slow on the CPU, and its own format is the affine 4-bit one);
+# then prints one table with ratios, and the decode roofline per row: bytes of
+# weights read per token over the machine's measured read bandwidth.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,6 +30,8 @@ threads=${THREADS:-2}
 reps=${REPS:-3}
 pp=${PP:-512}
 tg=${TG:-128}
+formats=${FORMATS:-package Q4_0 Q8_0 BF16}
+models=${MODELS:-smollm2 gemma3}
 work=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$work"
 
@@ -32,7 +40,7 @@ make -s setup
 # ---- llama.cpp from the llama-cpp-python source package --------------------
 # shellcheck source=bench/llama_cpp.sh
 source bench/llama_cpp.sh
-llama_cpp_build llama-bench
+llama_cpp_build llama-bench llama-quantize
 llama_bench=$llama_bin/llama-bench
 
 # ---- mlxcel ------------------------------------------------------------------
@@ -44,45 +52,63 @@ export MLXCEL_DEVICE=cpu
 
 results=$work/cpu-results.jsonl
 : >"$results"
-for gguf in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
-  name=${gguf%.gguf}
-  src=$root/.deps/models/$gguf
-  bundle=$work/$name.mlxb
-  echo "== $name" >&2
-  target/release/mlxcel-compile "$src" -o "$bundle" --quiet
-  echo "llama.cpp: llama-bench -p $pp -n $tg -t $threads -r $reps" >&2
-  "$llama_bench" -m "$src" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json 2>/dev/null |
-    "$py" -c '
+for model in $models; do
+  case "$model" in
+    smollm2) package=SmolLM2-135M-Instruct.Q4_1.gguf ;;
+    gemma3) package=gemma-3-270m-q4_k_m.gguf ;;
+    *) echo "bench/cpu.sh: unknown model '$model' in MODELS (smollm2, gemma3)" >&2; exit 2 ;;
+  esac
+  for format in $formats; do
+    if [ "$format" = package ]; then
+      name=${package%.gguf}
+      src=$root/.deps/models/$package
+    else
+      name="${package%%.*}"
+      name="${name%-q4_k_m} $format"
+      src=$work/${package%.gguf}.$format.gguf
+      if [ ! -f "$src" ]; then
+        echo "llama-quantize --allow-requantize $package $format" >&2
+        "$llama_bin/llama-quantize" --allow-requantize "$root/.deps/models/$package" "$src.part" "$format" \
+          >"$work/quantize.log" 2>&1 || { tail -20 "$work/quantize.log" >&2; exit 1; }
+        mv "$src.part" "$src"
+      fi
+    fi
+    bundle=$work/${name// /.}.mlxb
+    echo "== $name" >&2
+    target/release/mlxcel-compile "$src" -o "$bundle" --quiet
+    echo "llama.cpp: llama-bench -p $pp -n $tg -t $threads -r $reps" >&2
+    "$llama_bench" -m "$src" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json 2>/dev/null |
+      "$py" -c '
 import json, sys
 for r in json.load(sys.stdin):
     test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
     print(json.dumps({"model": sys.argv[1], "engine": "llama.cpp", "test": test, "tps": r["avg_ts"], "sd": r["stddev_ts"]}))
 ' "$name" >>"$results"
-  echo "mlxcel: mlxcel bench -p $pp -n $tg -t $threads -r $reps" >&2
-  target/release/mlxcel bench "$bundle" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --json |
-    "$py" -c '
+    echo "mlxcel: mlxcel bench -p $pp -n $tg -t $threads -r $reps" >&2
+    target/release/mlxcel bench "$bundle" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --json |
+      "$py" -c '
 import json, sys
 for r in json.load(sys.stdin):
     print(json.dumps({"model": sys.argv[1], "engine": "mlxcel", "test": r["test"], "tps": r["tokens_per_second"], "sd": r["stddev"]}))
 ' "$name" >>"$results"
-  if [ -z "${SKIP_MLX_LM:-}" ]; then
-    echo "mlx-lm: bench/mlx_lm_bench.py -p $pp -n $tg -r 1 (slow: one repetition)" >&2
-    export_dir=$work/$name-mlx
-    rm -rf "$export_dir"
-    target/release/examples/export_mlx_lm "$bundle" "$export_dir"
-    # MLX's CPU backend sizes its own pool; mlx-lm gets the same cores.
-    taskset -c "0-$((threads - 1))" "$py" bench/mlx_lm_bench.py "$export_dir" -p "$pp" -n "$tg" -r 1 |
-      "$py" -c '
+    if [ -z "${SKIP_MLX_LM:-}" ] && [ "$format" = package ]; then
+      echo "mlx-lm: bench/mlx_lm_bench.py -p $pp -n $tg -r 1 (slow: one repetition)" >&2
+      export_dir=$work/$name-mlx
+      rm -rf "$export_dir"
+      target/release/examples/export_mlx_lm "$bundle" "$export_dir"
+      # MLX's CPU backend sizes its own pool; mlx-lm gets the same cores.
+      taskset -c "0-$((threads - 1))" "$py" bench/mlx_lm_bench.py "$export_dir" -p "$pp" -n "$tg" -r 1 |
+        "$py" -c '
 import json, statistics as st, sys
 r = json.load(sys.stdin)
 for test, rates in ((f"pp{sys.argv[2]}", r["pp"]), (f"tg{sys.argv[3]}", r["tg"])):
     if rates:
         print(json.dumps({"model": sys.argv[1], "engine": "mlx-lm", "test": test, "tps": st.mean(rates), "sd": st.stdev(rates) if len(rates) > 1 else 0.0}))
 ' "$name" "$pp" "$tg" >>"$results"
-  fi
-  # Roofline inputs: weight bytes one decode step reads (every tensor; a tied
-  # embedding is read whole as the output projection, an untied one a row at a time).
-  target/release/mlxcel inspect --json --tensors "$bundle" | "$py" -c '
+    fi
+    # Roofline inputs: weight bytes one decode step reads (every tensor; a tied
+    # embedding is read whole as the output projection, an untied one a row at a time).
+    target/release/mlxcel inspect --json --tensors "$bundle" | "$py" -c '
 import json, sys
 d = json.load(sys.stdin)
 ts = d["tensors"]
@@ -91,6 +117,7 @@ if any(t["name"].startswith("lm_head.") for t in ts):
     total -= sum(t["length"] for t in ts if t["name"].startswith("model.embed_tokens."))
 print(json.dumps({"model": sys.argv[1], "engine": "bytes", "test": "weights", "tps": total, "sd": 0}))
 ' "$name" >>"$results"
+  done
 done
 bandwidth=$(target/release/examples/kernel_bench --bandwidth --threads "$threads")
 

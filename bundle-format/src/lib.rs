@@ -87,6 +87,13 @@ pub mod kinds {
     /// properties `mlx_version` and `cuda_major` (docs/bundle-format.md
     /// §4.2.2).
     pub const KERNEL_SET_MLX_PTX_CACHE: &str = "mlx-ptx-cache";
+    /// The property of a [`KERNEL_SET_MLX_PTX_CACHE`] section naming the MLX
+    /// version whose kernels it holds (MLX's cache files are valid for that
+    /// version only).
+    pub const MLX_VERSION_KEY: &str = "mlx_version";
+    /// The property of a [`KERNEL_SET_MLX_PTX_CACHE`] section naming the CUDA
+    /// major version the kernels were compiled for.
+    pub const CUDA_MAJOR_KEY: &str = "cuda_major";
     /// An exported MLX function (`.mlxfn`); key = graph name.
     pub const MLX_FUNCTION: &str = "mlxfn";
     /// Any other blob; key names it.

@@ -85,8 +85,8 @@ impl GpuTarget {
 
     fn matches(&self, section: &SectionView<'_>) -> bool {
         section.target() == self.target
-            && section.property("mlx_version") == Some(self.mlx_version.as_str())
-            && section.property("cuda_major").and_then(|m| m.parse().ok()) == Some(self.cuda_major)
+            && section.property(kinds::MLX_VERSION_KEY) == Some(self.mlx_version.as_str())
+            && section.property(kinds::CUDA_MAJOR_KEY).and_then(|m| m.parse().ok()) == Some(self.cuda_major)
     }
 }
 
@@ -134,8 +134,8 @@ pub fn bundle_targets(bundle: &Bundle) -> Vec<String> {
             format!(
                 "{} (MLX {}, CUDA {})",
                 s.target(),
-                s.property("mlx_version").unwrap_or("?"),
-                s.property("cuda_major").unwrap_or("?")
+                s.property(kinds::MLX_VERSION_KEY).unwrap_or("?"),
+                s.property(kinds::CUDA_MAJOR_KEY).unwrap_or("?")
             )
         })
         .collect();

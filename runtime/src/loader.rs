@@ -249,11 +249,11 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
     let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
     // Before anything runs on the GPU: MLX reads its kernel cache setting once.
-    let gpu_kernels = match GpuTarget::detect() {
-        Some(gpu) if mlxcel_mlx::device::default_device() == mlxcel_mlx::Device::Gpu => {
-            Some(gpu_kernels::install(&bundle, &gpu, &options.gpu_kernels)?)
-        }
-        _ => None,
+    // The device is checked first so that a CPU run never queries the GPU.
+    let on_gpu = mlxcel_mlx::device::default_device() == mlxcel_mlx::Device::Gpu;
+    let gpu_kernels = match on_gpu.then(GpuTarget::detect).flatten() {
+        Some(gpu) => Some(gpu_kernels::install(&bundle, &gpu, &options.gpu_kernels)?),
+        None => None,
     };
     let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
     let parts = build_parts(&bundle, compute, false)?;

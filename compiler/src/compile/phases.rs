@@ -319,8 +319,8 @@ impl<'a> Compilation<'a> {
                 let spec = SectionSpec::new(kinds::KERNELS, key)
                     .with_target(target.clone())
                     .with_property(kinds::KERNEL_SET_KEY, kinds::KERNEL_SET_MLX_PTX_CACHE)
-                    .with_property("mlx_version", crate::cuda::MLX_VERSION)
-                    .with_property("cuda_major", cuda_major.clone());
+                    .with_property(kinds::MLX_VERSION_KEY, crate::cuda::MLX_VERSION)
+                    .with_property(kinds::CUDA_MAJOR_KEY, cuda_major.clone());
                 w.add_section_bytes(spec, bytes)?;
             }
             reports.push(KernelReport { module: m.name, target: m.target, bytes: m.cubin.len(), seconds: m.seconds });

@@ -50,8 +50,22 @@ inline void fmv_rows(const QmmArgs& a, int n, const float* x, float* out) {
 #pragma GCC unroll 8
     for (int m = 0; m < MM; ++m) acc[r][m][0] = acc[r][m][1] = S::zero();
   const int64_t row0 = static_cast<int64_t>(n) * K;
+  // Software prefetch of the block of rows kQmvAhead blocks ahead (its rows
+  // are contiguous), spread over the steps of k as the quantized matvec does:
+  // without it a bf16 decode step read ~9 GB/s on one core, half of DRAM's
+  // (SmolLM2 bf16 tg on 1 thread: 33 tok/s before, 50-60 after).
+  constexpr int64_t kEs = WT == kScaleF32 ? 4 : 2;
+  const int64_t ahead = static_cast<int64_t>(kQmvAhead) * R;
+  const int64_t next_bytes = R * static_cast<int64_t>(K) * kEs;
+  const int steps = imax(1, K / (2 * W));
+  const int64_t per_step = ((next_bytes + 64 * steps - 1) / (64 * steps)) * 64;
+  const char* pf = n + ahead + R <= a.N ? static_cast<const char*>(a.w) + (row0 + ahead * K) * kEs : nullptr;
   int k = 0;
-  for (; k + 2 * W <= K; k += 2 * W) {
+  for (int step = 0; k + 2 * W <= K; k += 2 * W, ++step) {
+    if (pf != nullptr) {
+      for (int64_t off = step * per_step; off < (step + 1) * per_step && off < next_bytes; off += 64)
+        S::prefetch(pf + off);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const V w0 = load_w<WT>(a.w, row0 + static_cast<int64_t>(r) * K + k);
