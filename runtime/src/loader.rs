@@ -251,10 +251,11 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
     // Before anything runs on the GPU: MLX reads its kernel cache setting once.
     // The device is checked first so that a CPU run never queries the GPU.
     let on_gpu = mlxcel_mlx::device::default_device() == mlxcel_mlx::Device::Gpu;
-    let gpu_kernels = match on_gpu.then(GpuTarget::detect).flatten() {
-        Some(gpu) => Some(gpu_kernels::install(&bundle, &gpu, &options.gpu_kernels)?),
-        None => None,
-    };
+    let gpu_kernels = on_gpu
+        .then(GpuTarget::detect)
+        .flatten()
+        .map(|gpu| gpu_kernels::install(&bundle, &gpu, &options.gpu_kernels))
+        .transpose()?;
     let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
     let parts = build_parts(&bundle, compute, false)?;
     let backend = MlxBackend::new(parts.model, options.backend.clone())?;
