@@ -1,7 +1,8 @@
 // The avx512vnni build's quantized matvec on int16 activations (vpdpwssd),
-// included by impl.h inside `#if defined(MLXCEL_DOT_I16)` (isa_avx512vnni.cc
+// included by qmv_impl.h inside `#if defined(MLXCEL_DOT_I16)` (isa_avx512vnni.cc
 // defines it), in impl.h's namespace, after the float matvec it replaces for
-// 4- and 8-bit weights. Uses impl.h's helpers (imin, kQmvAhead, S::mask).
+// 4- and 8-bit weights. Uses impl.h's and qmv_impl.h's helpers (imin,
+// SpreadPrefetch, kQmvAhead, prefetch_row_scales, S::mask).
 #pragma once
 // ---------------------------------------------------------------------------
 // Quantized matvec on 16-bit integer activations (the avx512vnni build).
@@ -122,14 +123,11 @@ inline void qmv_rows_i16(const QmmArgs& a, int n, const int16_t* xq, const float
   // Lanes 0-7 take the first group of a chunk, lanes 8-15 the second.
   const __m512i halves = GPC == 2 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
                                   : _mm512_setzero_si512();
-  // Software prefetch of the block of rows kQmvAhead blocks ahead, spread
-  // over the groups, so that DRAM latency overlaps the arithmetic.
-  const int64_t ahead = static_cast<int64_t>(kQmvAhead) * R;
-  const int64_t next_bytes = R * row_bytes;
-  const int64_t per_chunk = ((next_bytes + 64 * NC - 1) / (64 * NC)) * 64;
+  // The block kQmvAhead blocks ahead, spread over the chunks.
+  const int ahead = kQmvAhead * R;
+  const bool fetch = n + ahead + R <= a.N;
+  const SpreadPrefetch pf(fetch ? wb + ahead * row_bytes : nullptr, R * row_bytes, NC);
   const int64_t DXR = static_cast<int64_t>(K) / kI16Block<BITS>;  // steps per row of x
-  const int es = st == kScaleF32 ? 4 : 2;
-  const bool prefetch = n + ahead + R <= a.N;
   for (int g0 = 0; g0 < G; g0 += 16) {
     const int ng = imin(16, G - g0);
     __m512 s16[R];
@@ -144,15 +142,8 @@ inline void qmv_rows_i16(const QmmArgs& a, int n, const int16_t* xq, const float
     }
     const int c0 = g0 * CPG / GPC, c1 = imin(NC, (g0 + 16) * CPG / GPC);
     for (int c = c0; c < c1; ++c) {
-      if (prefetch) {
-        const uint8_t* pf = wb + ahead * row_bytes;
-        for (int64_t off = c * per_chunk; off < (c + 1) * per_chunk && off < next_bytes; off += 64) S::prefetch(pf + off);
-        if (c < 2 * R) {
-          const char* sp = static_cast<const char*>(c & 1 ? a.biases : a.scales) + ((n + ahead + c / 2) * G) * es;
-          S::prefetch(sp);
-          S::prefetch(sp + (G - 1) * es);
-        }
-      }
+      pf.step(c);
+      if (fetch && c < 2 * R) prefetch_row_scales(a, n + ahead, c);
       // This chunk's group(s) among the 16.
       const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32((c - c0) * GPC / CPG));
       const int16_t* xc = xq + static_cast<int64_t>(c) * CHUNK;
