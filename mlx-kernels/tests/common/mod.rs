@@ -171,23 +171,53 @@ pub fn batch_row(x: &Array, r: i32) -> Array {
     row
 }
 
+/// Half an f32 ulp (2⁻²⁴): the unit of the kernels' tolerances.
+pub const EPS: f32 = 1.0 / (1u32 << 24) as f32;
+
 /// The ISA and thread count are process-wide: tests that set them run one
-/// at a time.
+/// at a time, holding this lock.
 static KERNEL_CONFIG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Holds the ISA and thread settings for the caller until dropped.
+pub fn config_lock() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_CONFIG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs `body` for every ISA this CPU supports, with 1 and 2 threads, then
-/// restores the defaults.
-pub fn each_config(mut body: impl FnMut(&str)) {
-    let _guard = KERNEL_CONFIG.lock().unwrap_or_else(|e| e.into_inner());
+/// restores the defaults; returns the number of configurations run.
+pub fn each_config(mut body: impl FnMut(&str)) -> usize {
+    let _guard = config_lock();
+    let mut n = 0;
     for isa in fast::Isa::ALL.into_iter().filter(|i| i.is_supported()) {
         fast::set_isa(isa).unwrap();
         for threads in [1, 2] {
             fast::set_threads(threads);
+            assert_eq!(fast::threads(), threads);
             body(&format!("{isa} x{threads}"));
+            n += 1;
         }
     }
     fast::set_threads(0);
     fast::set_isa(fast::Isa::best()).unwrap();
+    n
+}
+
+/// Runs `body` with 1 and 2 kernel threads (the ISA left as it is), then
+/// restores the default thread count.
+pub fn each_thread_count(mut body: impl FnMut(usize)) {
+    let _guard = config_lock();
+    for threads in [1, 2] {
+        fast::set_threads(threads);
+        body(threads);
+    }
+    fast::set_threads(0);
+}
+
+/// An f32 `[rows, cols]` matrix of standard normal values quantized by MLX
+/// (affine, f32 scales and biases).
+pub fn quantized(rng: &mut StdRng, rows: usize, cols: usize, group: i32, bits: i32) -> mlxcel_mlx::Quantized {
+    let w = normal(rng, rows * cols);
+    arr(&w, &[rows as i32, cols as i32]).quantize(group, bits, mlxcel_mlx::QuantMode::Affine).unwrap()
 }
 
 /// mlxcel's kernels, uncovered inputs an error.
