@@ -19,10 +19,15 @@
 //!
 //! The same models compiled with `--weight-layout rows16` (4- and 8-bit
 //! matrices in transposed blocks of 16 rows; Gemma 3 keeps its 6-bit ones
-//! row-major, so both layouts meet in one model) run the rows16 kernels,
-//! which never round x: every ISA is then a float build, and the bound is
-//! 1e-3 (measured: 1.0e-4 SmolLM2, 6.1e-5 Gemma 3), so that rounding as the
-//! int16 matvec does would fail it.
+//! row-major, so both layouts meet in one model) run the rows16 kernels. In
+//! the float builds they never round x, and the bound is 1e-3 (measured:
+//! 1.0e-4 SmolLM2, 6.1e-5 Gemma 3), so that rounding x anywhere would fail
+//! it. The avx512vnni build's rows16 kernel rounds x to int16 steps per
+//! group, with a second pass for the rounding residual of outlier groups
+//! (docs/kernels.md "rows16 on int16 activations"): measured 9.0e-3
+//! (SmolLM2) and 3.3e-3 (Gemma 3) when this bound was set (2.3e-2 on
+//! SmolLM2 without the residual pass), greedy tokens identical; the bound
+//! there is 2e-2, still well below the 1e-1 of a real difference.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -177,14 +182,19 @@ fn gemma3_matches_mlx_lm() {
     check("gemma-3-270m-q4_k_m.gguf", "row-major", 1e-2);
 }
 
+/// The log-probability bound of a rows16 bundle on this CPU (above).
+fn rows16_bound() -> f32 {
+    if mlxcel_mlx::fast::isa() == mlxcel_mlx::fast::Isa::Avx512Vnni { 2e-2 } else { 1e-3 }
+}
+
 #[test]
 fn smollm2_rows16_matches_mlx_lm() {
-    check("SmolLM2-135M-Instruct.Q4_1.gguf", "rows16", 1e-3);
+    check("SmolLM2-135M-Instruct.Q4_1.gguf", "rows16", rows16_bound());
 }
 
 #[test]
 fn gemma3_rows16_matches_mlx_lm() {
-    check("gemma-3-270m-q4_k_m.gguf", "rows16", 1e-3);
+    check("gemma-3-270m-q4_k_m.gguf", "rows16", rows16_bound());
 }
 
 /// A bf16 bundle of SmolLM2 (`mlxcel-compile --quantize bf16`, what a float

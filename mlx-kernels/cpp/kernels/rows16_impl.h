@@ -12,7 +12,10 @@
 //
 // Numerics: output n of row m is `sum_k fma(code, s, b) * x[m, k]`, one fused
 // multiply-add per k in increasing k, f32 throughout, so it is the same bits
-// on every ISA, for every M, and for prefill and decode alike.
+// on every float ISA (scalar, avx2, avx512, neon), for every M, and for
+// prefill and decode alike. The avx512vnni build rounds x to int16 steps per
+// group instead (rows16_i16_impl.h): its bits are its own, and still the same
+// for every M.
 
 constexpr int kRows16 = 16;
 // Rows of x one pass of the micro-kernel carries in registers.
@@ -120,31 +123,38 @@ void rows16_rows(const QmmArgs& a, int t0, int t1, const float* x, float* out) {
   for (; t < t1; ++t) rows16_block<BITS, ST, MM, 1>(a, t, x, a.ldx, out, a.ldo);
 }
 
-// Row blocks t0 .. t1 of W against rows m0 .. m1 of x, in runs of
-// kRows16MaxMM, 8, 4, 2 and 1 rows.
-template <int BITS, int ST>
-void rows16_range(const QmmArgs& a, int t0, int t1, int m0, int m1) {
+// Rows m0 .. m1 of x in runs of MAXMM, 8, 4, 2 and 1 rows (the sizes below
+// MAXMM only): `run.template operator()<MM>(m)` for the run starting at m.
+template <int MAXMM, class Run>
+inline void rows16_runs(int m0, int m1, const Run& run) {
+  constexpr int kEight = MAXMM > 8 ? 8 : 1, kFour = MAXMM > 4 ? 4 : 1;
   for (int m = m0; m < m1;) {
-    const float* x = a.x + m * a.ldx;
-    float* out = a.out + m * a.ldo;
     const int left = m1 - m;
-    if (left >= kRows16MaxMM) {
-      rows16_rows<BITS, ST, kRows16MaxMM>(a, t0, t1, x, out);
-      m += kRows16MaxMM;
-    } else if (kRows16MaxMM > 8 && left >= 8) {
-      rows16_rows<BITS, ST, (kRows16MaxMM > 8 ? 8 : 1)>(a, t0, t1, x, out);
-      m += kRows16MaxMM > 8 ? 8 : 1;
-    } else if (kRows16MaxMM > 4 && left >= 4) {
-      rows16_rows<BITS, ST, (kRows16MaxMM > 4 ? 4 : 1)>(a, t0, t1, x, out);
-      m += kRows16MaxMM > 4 ? 4 : 1;
+    if (left >= MAXMM) {
+      run.template operator()<MAXMM>(m);
+      m += MAXMM;
+    } else if (MAXMM > 8 && left >= 8) {
+      run.template operator()<kEight>(m);
+      m += kEight;
+    } else if (MAXMM > 4 && left >= 4) {
+      run.template operator()<kFour>(m);
+      m += kFour;
     } else if (left >= 2) {
-      rows16_rows<BITS, ST, 2>(a, t0, t1, x, out);
+      run.template operator()<2>(m);
       m += 2;
     } else {
-      rows16_rows<BITS, ST, 1>(a, t0, t1, x, out);
+      run.template operator()<1>(m);
       m += 1;
     }
   }
+}
+
+// Row blocks t0 .. t1 of W against rows m0 .. m1 of x.
+template <int BITS, int ST>
+void rows16_range(const QmmArgs& a, int t0, int t1, int m0, int m1) {
+  rows16_runs<kRows16MaxMM>(m0, m1, [&]<int MM>(int m) {
+    rows16_rows<BITS, ST, MM>(a, t0, t1, a.x + m * a.ldx, a.out + m * a.ldo);
+  });
 }
 
 template <int BITS>
@@ -156,10 +166,33 @@ void rows16_dispatch(const QmmArgs& a, int t0, int t1, int m0, int m1) {
   }
 }
 
+#if defined(MLXCEL_DOT_I16)
+#include "mlxcel-mlx/cpp/kernels/rows16_i16_impl.h"
+#endif  // MLXCEL_DOT_I16
+
 // `count` (at most 8) products of the same x in `rows16` layout, any M: one
 // parallel pass over (chunks of row blocks) x (chunks of kRows16Chunk rows of x).
 void rows16_multi(const QmmArgs* args, int count) {
   const int M = args[0].M;
+#if defined(MLXCEL_DOT_I16)
+  // x as int16 steps once for all the products (rows16_i16_impl.h).
+  Rows16X xq{};
+  const bool i16 = rows16_i16_applies(args[0]);
+  if (i16) {
+    const int K = args[0].K, gs = args[0].group_size, G = K / gs;
+    const size_t mk = static_cast<size_t>(M) * K, mg = static_cast<size_t>(M) * G;
+    float* buf = scratch(kScratchX, mk + 3 * mg + 16);  // two int16 codes per element, three floats per group
+    int16_t* q = reinterpret_cast<int16_t*>(buf);
+    int16_t* q2 = q + mk;
+    float* dx = buf + mk;
+    float* xs = dx + mg;
+    float* dx2 = xs + mg;
+    for (int m = 0; m < M; ++m)
+      rows16_quantize_x(args[0].x + m * args[0].ldx, K, gs, q + static_cast<int64_t>(m) * K, dx + m * G, xs + m * G,
+                        q2 + static_cast<int64_t>(m) * K, dx2 + m * G);
+    xq = Rows16X{q, dx, xs, q2, dx2};
+  }
+#endif
   int64_t blocks = 0;
   for (int i = 0; i < count; ++i) blocks += args[i].N / kRows16;
   const int mchunks = ceil_div(M, kRows16Chunk);
@@ -180,6 +213,16 @@ void rows16_multi(const QmmArgs* args, int count) {
     const QmmArgs& a = args[i];
     const int b0 = (t - first[i]) * chunk, b1 = imin(a.N / kRows16, b0 + chunk);
     const int m0 = mc * kRows16Chunk, m1 = imin(M, m0 + kRows16Chunk);
+#if defined(MLXCEL_DOT_I16)
+    if (i16) {
+      if (a.bits == 4) {
+        rows16_dispatch_i16<4>(a, b0, b1, m0, m1, xq);
+      } else {
+        rows16_dispatch_i16<8>(a, b0, b1, m0, m1, xq);
+      }
+      return;
+    }
+#endif
     if (a.bits == 4) {
       rows16_dispatch<4>(a, b0, b1, m0, m1);
     } else {

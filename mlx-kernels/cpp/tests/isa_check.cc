@@ -111,11 +111,12 @@ QmmArgs qmm_args(const QMatrix& q, const std::vector<float>& x, int M, std::vect
 
 // out[m, n] against the f64 dot product: a sum of K terms in another order
 // stays within 8·sqrt(K)·ε·Σ|terms| (docs/kernels.md, "Numerics"). With int16
-// activations (avx512vnni, 4/8-bit matvecs) each x is also within half a
-// step, 2^-16 of the largest |x| of its block of 4 (4-bit) or 2 (8-bit).
+// activations (avx512vnni, 4/8-bit) each x is also within half a step, 2^-16
+// of the largest |x| of its block: 4 (4-bit) or 2 (8-bit) elements in the
+// row-major matvec, the weights' group in the rows16 kernel (`block`).
 void check_product(const char* isa, const std::string& what, const QMatrix& q, const std::vector<float>& x, int M,
-                   const std::vector<float>& out, bool int16) {
-  const int block = q.bits == 4 ? 4 : 2;
+                   const std::vector<float>& out, bool int16, int block = 0) {
+  if (block == 0) block = q.bits == 4 ? 4 : 2;
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < q.N; ++n) {
       double ref = 0.0, mag = 0.0, steps = 0.0;
@@ -394,8 +395,11 @@ void check_gather(const Table& t) {
 
 // The rows16 layout (kernels.h): every block of 16 rows transposed, codes as
 // bytes and scales/biases as elements. Its products are one fused
-// multiply-add per k in increasing k of fma(code, s, b) and x, so every ISA,
-// thread count and row count must give the bits of that sequential sum.
+// multiply-add per k in increasing k of fma(code, s, b) and x, so every float
+// ISA, thread count and row count must give the bits of that sequential sum.
+// The avx512vnni build rounds x to int16 steps per group (rows16_i16_impl.h):
+// there the products are checked against the f64 sum within those steps, and
+// every row of every M must have the bits that row gets alone.
 std::vector<uint8_t> rows16_bytes(const uint8_t* src, int rows, int64_t cols, int elem) {
   std::vector<uint8_t> out(static_cast<size_t>(rows) * cols * elem);
   for (int r = 0; r < rows; ++r)
@@ -405,7 +409,7 @@ std::vector<uint8_t> rows16_bytes(const uint8_t* src, int rows, int64_t cols, in
   return out;
 }
 
-void check_rows16(const Table& t) {
+void check_rows16(const Table& t, bool int16_build) {
   for (int bits : {4, 8}) {
     for (int gs : {32, 64}) {
       for (int type : {kScaleF32, kScaleF16, kScaleBF16}) {
@@ -419,6 +423,9 @@ void check_rows16(const Table& t) {
                                  std::to_string(type);
         for (int M : {1, 2, 3, 5, 16, 17, 70}) {
           std::vector<float> x = normal(static_cast<size_t>(M) * K), out, want(static_cast<size_t>(M) * N);
+          // An activation outlier in every other row (the int16 kernel's
+          // second pass for its group; the rows beside it take none).
+          for (int m = 1; m < M; m += 2) x[static_cast<size_t>(m) * K + 37] *= 100.0f;
           for (int m = 0; m < M; ++m)
             for (int n = 0; n < N; ++n) {
               float acc = 0.0f;
@@ -430,15 +437,31 @@ void check_rows16(const Table& t) {
               }
               want[static_cast<size_t>(m) * N + n] = acc;
             }
-          for (bool row_invariant : {false, true}) {
-            QmmArgs a = qmm_args(q, x, M, out);
+          auto run = [&](const float* xr, int rows, std::vector<float>& o, bool row_invariant) {
+            o.assign(static_cast<size_t>(rows) * N, 0.0f);
+            QmmArgs a{xr, K, q.w.data(), q.scales(), q.biases(), o.data(), N, rows, N, K, gs, bits, type};
             a.w = codes.data();
             a.scales = scales.data();
             a.biases = biases.data();
             a.layout = WeightLayout::Rows16;
             a.row_invariant = row_invariant;
             t.qmm(a);
-            check_exact(t.name, what + " M=" + std::to_string(M), out, want);
+          };
+          for (bool row_invariant : {false, true}) {
+            run(x.data(), M, out, row_invariant);
+            if (!int16_build) {
+              check_exact(t.name, what + " M=" + std::to_string(M), out, want);
+              continue;
+            }
+            check_product(t.name, what + " M=" + std::to_string(M), q, x, M, out, true, gs);
+            for (int m = 0; m < M; ++m) {
+              std::vector<float> alone;
+              run(x.data() + static_cast<size_t>(m) * K, 1, alone, row_invariant);
+              check_exact(t.name, what + " M=" + std::to_string(M) + " row " + std::to_string(m) + " vs alone",
+                          std::vector<float>(out.begin() + static_cast<int64_t>(m) * N,
+                                             out.begin() + static_cast<int64_t>(m + 1) * N),
+                          alone);
+            }
           }
         }
         const int64_t ids[] = {0, 47, 3, 3, 17};
@@ -580,7 +603,7 @@ int main(int argc, char** argv) {
     check_rms_norm(t);
     check_rope(t);
     check_gather(t);
-    check_rows16(t);
+    check_rows16(t, isa == Isa::Avx512Vnni);
     check_gate(t);
     check_attention(t);
     check_read_sum(t);

@@ -11,7 +11,10 @@
 //   g++ -std=c++20 -O2 -ffp-contract=off -pthread -Itarget/rows16-bench/include
 //     -o target/rows16-bench/rows16_bench mlx-kernels/cpp/tests/rows16_bench.cc
 //     $K/pool.cc $K/dispatch.cc $K/mlx_math.cc $K/isa_*.cc      (one command)
-//   target/rows16-bench/rows16_bench [THREADS] [LAYERS] [f16|f32]
+//   target/rows16-bench/rows16_bench [THREADS] [LAYERS] [f16|f32] [ISA]
+//
+// ISA (scalar, avx2, avx512, avx512vnni, neon; default the best) picks the
+// build: avx512 against avx512vnni compares the float and the int16 kernels.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -108,6 +111,13 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const int layers = argc > 2 ? std::atoi(argv[2]) : 30;
   g_f32 = argc > 3 && std::strcmp(argv[3], "f32") == 0;
+  if (argc > 4) {
+    Isa isa;
+    if (!isa_from_name(argv[4], isa) || !set_isa(isa)) {
+      std::fprintf(stderr, "rows16_bench: unknown ISA %s, or this CPU cannot run it\n", argv[4]);
+      return 2;
+    }
+  }
   set_pool_threads(threads);
   std::mt19937 rng(1);
   const int shapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
