@@ -6,6 +6,7 @@
 #   THREADS=1 REPS=5 bash bench/cpu.sh
 #   SKIP_MLX_LM=1 bash bench/cpu.sh   # mlx-lm takes ~10 minutes on 2 cores
 #   FORMATS="Q4_0 Q8_0" MODELS=smollm2 bash bench/cpu.sh
+#   LAYOUT=rows16 bash bench/cpu.sh   # bundles compiled with --weight-layout rows16
 #
 # For each real model of `make setup` (MODELS: smollm2 = SmolLM2-135M Q4_1,
 # gemma3 = Gemma 3 270M Q4_K_M) and each weight format (FORMATS, default
@@ -32,6 +33,7 @@ pp=${PP:-512}
 tg=${TG:-128}
 formats=${FORMATS:-package Q4_0 Q8_0 BF16}
 models=${MODELS:-smollm2 gemma3}
+layout=${LAYOUT:-row-major}
 work=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$work"
 
@@ -44,9 +46,10 @@ llama_cpp_build llama-bench llama-quantize
 llama_bench=$llama_bin/llama-bench
 
 # ---- mlxcel ------------------------------------------------------------------
-cargo build -q --release -p mlxcel-cli -p mlxcel-compiler
-cargo build -q --release -p mlxcel-tests --example export_mlx_lm
-cargo build -q --release -p mlxcel-mlx --example kernel_bench
+# One cargo invocation: built separately, the examples' feature set and the
+# binaries' differ, and each build would recompile mlxcel-mlx for the other.
+cargo build -q --release -p mlxcel-cli -p mlxcel-compiler --bins \
+  -p mlxcel-tests --example export_mlx_lm -p mlxcel-mlx --example kernel_bench
 py=$root/.deps/venv/bin/python
 export MLXCEL_DEVICE=cpu
 
@@ -73,9 +76,9 @@ for model in $models; do
         mv "$src.part" "$src"
       fi
     fi
-    bundle=$work/${name// /.}.mlxb
+    bundle=$work/${name// /.}.$layout.mlxb
     echo "== $name" >&2
-    target/release/mlxcel-compile "$src" -o "$bundle" --quiet
+    target/release/mlxcel-compile "$src" -o "$bundle" --quiet --weight-layout "$layout"
     echo "llama.cpp: llama-bench -p $pp -n $tg -t $threads -r $reps" >&2
     "$llama_bench" -m "$src" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json 2>/dev/null |
       "$py" -c '
@@ -121,7 +124,7 @@ print(json.dumps({"model": sys.argv[1], "engine": "bytes", "test": "weights", "t
 done
 bandwidth=$(target/release/examples/kernel_bench --bandwidth --threads "$threads")
 
-"$py" - "$results" "$threads" "$bandwidth" "$pp" "$tg" <<'EOF'
+"$py" - "$results" "$threads" "$bandwidth" "$pp" "$tg" "$layout" <<'EOF'
 import json, sys
 path, threads, bw, pp, tg = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
 rows = [json.loads(l) for l in open(path)]
@@ -129,7 +132,7 @@ get = lambda m, e, t: next((r for r in rows if r["model"] == m and r["engine"] =
 fmt = lambda r: f"{r['tps']:.1f} ± {r['sd']:.1f}" if r else "–"
 ratio = lambda a, b: f"{a['tps'] / b['tps']:.2f}×" if a and b else "–"
 models = list(dict.fromkeys(r["model"] for r in rows))
-print(f"\n{threads} thread(s); tokens per second, mean ± standard deviation\n")
+print(f"\n{threads} thread(s), mlxcel bundles in the {sys.argv[6]} layout; tokens per second, mean ± standard deviation\n")
 print("| model | test | llama.cpp | mlx-lm | mlxcel | mlxcel / llama.cpp | mlxcel / mlx-lm |")
 print("|---|---|--:|--:|--:|--:|--:|")
 for m in models:

@@ -11,7 +11,7 @@ use std::path::Path;
 use common::{GEMMA3, SMOLLM2, TempDir, model, run_python, sha256_f32};
 use mlxcel_arch::LayerType;
 use mlxcel_compiler::ingest::gguf::quant::dequantize;
-use mlxcel_compiler::ingest::{Architecture, SourceFormat, SourceModel, Storage, TensorData};
+use mlxcel_compiler::ingest::{Architecture, FloatDtype, SourceFormat, SourceModel, Storage, TensorData};
 use mlxcel_mlx::Dtype;
 use serde_json::Value;
 
@@ -73,7 +73,16 @@ fn check_all_tensors(path: &Path) -> HashMap<String, (usize, usize)> {
         entry.0 += 1;
         if let TensorData::Affine(q) = model.load(info).unwrap() {
             assert_eq!(Some((q.bits, q.group_size)), info.lossless_affine(), "{}", info.name);
-            let deq = q.to_quantized().unwrap().dequantize(Some(Dtype::F32)).unwrap();
+            // The legacy types' scales and biases are exact in f16 and stored so;
+            // they are widened here because MLX's dequantize computes in the
+            // scales' dtype (mlxcel's kernels widen them as they read them).
+            let legacy = matches!(ty.to_string().as_str(), "Q4_0" | "Q4_1" | "Q5_0" | "Q5_1" | "Q8_0");
+            let expected = if legacy { FloatDtype::F16 } else { FloatDtype::F32 };
+            assert_eq!((q.scales.dtype, q.biases.dtype), (expected, expected), "{} ({ty}) scales", info.name);
+            let mut quantized = q.to_quantized().unwrap();
+            quantized.scales = quantized.scales.astype(Dtype::F32).unwrap();
+            quantized.biases = quantized.biases.map(|b| b.astype(Dtype::F32).unwrap());
+            let deq = quantized.dequantize(Some(Dtype::F32)).unwrap();
             assert_eq!(deq.shape(), info.shape.iter().map(|&d| d as i32).collect::<Vec<_>>());
             let values: Vec<f32> =
                 deq.to_vec::<f32>().unwrap().into_iter().map(|v| if v == 0.0 { 0.0 } else { v }).collect();

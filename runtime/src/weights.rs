@@ -161,9 +161,10 @@ impl Weights {
             });
         }
         let groups: Vec<i32> = lead.iter().copied().chain([rows, cols / spec.group_size]).collect();
-        let mut scales = self.float(&format!("{prefix}.scales"), &groups)?;
+        let keep_16_bit = lead.is_empty() && self.kernels_read_16_bit();
+        let mut scales = self.scales(&format!("{prefix}.scales"), &groups, keep_16_bit)?;
         let mut biases = match spec.mode {
-            QuantMode::Affine => Some(self.float(&format!("{prefix}.biases"), &groups)?),
+            QuantMode::Affine => Some(self.scales(&format!("{prefix}.biases"), &groups, keep_16_bit)?),
             _ => None,
         };
         let (mut weight, mut layout) = (weight, spec.layout);
@@ -178,6 +179,21 @@ impl Weights {
             layout = WeightLayout::RowMajor;
         }
         Ok(Quantized { weight, scales, biases, group_size: spec.group_size, bits: spec.bits, mode: spec.mode, layout })
+    }
+
+    /// The scales or biases `name` of a quantized matrix: f16 or bf16 as
+    /// stored with `keep_16_bit` (mlxcel's kernels widen them exactly as they
+    /// read them, so the products are unchanged and the bytes halved: a GGUF
+    /// Q4_0/Q8_0 transcode stores f16), otherwise in the compute dtype (MLX's
+    /// own ops want them in the activations' dtype).
+    fn scales(&self, name: &str, shape: &[i32], keep_16_bit: bool) -> Result<Array> {
+        if keep_16_bit {
+            let a = self.raw(name)?;
+            if matches!(a.dtype(), Dtype::F16 | Dtype::BF16) && a.shape() == shape {
+                return Ok(a);
+            }
+        }
+        self.float(name, shape)
     }
 
     /// The matrix `<prefix>.weight` of logical shape `[..lead, rows, cols]`,

@@ -209,9 +209,12 @@ impl GgufSource {
             return self.load_float(info).map(TensorData::Float);
         }
         let raw = self.raw(info, g)?;
-        let parts = transcode_affine(g.ggml_type, &raw).ok_or_else(|| {
+        let mut parts = transcode_affine(g.ggml_type, &raw).ok_or_else(|| {
             IngestError::tensor(self.file.path(), &info.name, g.offset, "the data is not whole blocks")
         })?;
+        // Exact f16 scales and biases (the legacy types) are stored as f16:
+        // nothing is rounded and the matrix is 1/6 smaller at 4 bits.
+        parts.narrow_to_f16();
         let mut gshape = info.shape.clone();
         if let Some(last) = gshape.last_mut() {
             *last /= quant::AFFINE_GROUP;
@@ -221,8 +224,8 @@ impl GgufSource {
             bits: parts.bits,
             group_size: quant::AFFINE_GROUP,
             weight: Cow::Owned(parts.weight),
-            scales: FloatTensor { dtype: FloatDtype::F32, shape: gshape.clone(), data: Cow::Owned(parts.scales) },
-            biases: FloatTensor { dtype: FloatDtype::F32, shape: gshape, data: Cow::Owned(parts.biases) },
+            scales: FloatTensor { dtype: parts.scale_dtype, shape: gshape.clone(), data: Cow::Owned(parts.scales) },
+            biases: FloatTensor { dtype: parts.scale_dtype, shape: gshape, data: Cow::Owned(parts.biases) },
         }))
     }
 }

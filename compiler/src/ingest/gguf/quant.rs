@@ -23,6 +23,8 @@
 
 use std::fmt;
 
+use super::super::tensor::FloatDtype;
+
 /// The storage type of a ggml tensor.
 #[allow(non_camel_case_types, missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -400,23 +402,58 @@ pub fn dequantize_to_bytes(ty: GgmlType, data: &[u8]) -> Option<Vec<u8>> {
 
 /// A tensor in MLX's affine layout: per row, `bits`-bit codes packed
 /// little-endian into u32 words (first element in the lowest bits, a group of
-/// 32 codes filling exactly `bits` words), and one f32 scale and bias per group.
+/// 32 codes filling exactly `bits` words), and one scale and bias per group,
+/// f32 as transcoded ([`AffineParts::narrow_to_f16`] may halve them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AffineParts {
     /// Bits per code.
     pub bits: u32,
     /// The packed codes, `n_elements · bits / 32` u32 words, as little-endian bytes.
     pub weight: Vec<u8>,
-    /// One scale per group of 32, little-endian f32.
+    /// One scale per group of 32, little-endian, in `scale_dtype`.
     pub scales: Vec<u8>,
-    /// One bias per group of 32, little-endian f32.
+    /// One bias per group of 32, little-endian, in `scale_dtype`.
     pub biases: Vec<u8>,
+    /// The dtype of `scales` and `biases`: F32 or F16.
+    pub scale_dtype: FloatDtype,
 }
 
 impl AffineParts {
     /// The packed words.
     pub fn words(&self) -> Vec<u32> {
         self.weight.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    /// Stores the scales and biases as f16 when every one of them is exactly
+    /// an f16 value (the GGUF legacy types: Q4_0, Q4_1, Q5_x and Q8_0 store an
+    /// f16 scale, and their biases are it times a power of two or another
+    /// f16), so nothing is rounded; returns whether it did. A K-quant's
+    /// products of two scales rarely fit in f16's 11 bits and stay f32.
+    /// Halving these bytes matters: a 4-bit group of 32 with f32 scale and bias
+    /// carries 8 bytes beside 16 of codes, so this is 1/6 of the matrix.
+    pub fn narrow_to_f16(&mut self) -> bool {
+        if self.scale_dtype != FloatDtype::F32 {
+            return false;
+        }
+        let exact = |bytes: &[u8]| {
+            bytes.chunks_exact(4).all(|c| {
+                let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                half::f16::from_f32(v).to_f32().to_bits() == v.to_bits()
+            })
+        };
+        if !exact(&self.scales) || !exact(&self.biases) {
+            return false;
+        }
+        let narrow = |bytes: &[u8]| -> Vec<u8> {
+            bytes
+                .chunks_exact(4)
+                .flat_map(|c| half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+                .collect()
+        };
+        self.scales = narrow(&self.scales);
+        self.biases = narrow(&self.biases);
+        self.scale_dtype = FloatDtype::F16;
+        true
     }
 }
 
@@ -435,6 +472,7 @@ pub fn transcode_affine(ty: GgmlType, data: &[u8]) -> Option<AffineParts> {
         weight: Vec::with_capacity(groups * bits as usize * 4),
         scales: Vec::with_capacity(groups * 4),
         biases: Vec::with_capacity(groups * 4),
+        scale_dtype: FloatDtype::F32,
     };
     for b in data.chunks_exact(bytes) {
         affine_groups(ty, b, |g| {
@@ -540,6 +578,51 @@ mod tests {
 
     fn w_bytes(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// One Q4_0 block: scale `d` (f16 bits), codes all 3.
+    fn q4_0_block(d: u16) -> Vec<u8> {
+        let mut b = d.to_le_bytes().to_vec();
+        b.extend([0x33u8; 16]);
+        b
+    }
+
+    #[test]
+    fn legacy_scales_narrow_to_f16_exactly() {
+        // d = 1.5 and d = the smallest subnormal: both biases (-8d) are f16 values.
+        for d in [0x3E00u16, 0x0001] {
+            let b = q4_0_block(d);
+            let mut t = transcode_affine(GgmlType::Q4_0, &b).unwrap();
+            let wide = t.clone();
+            assert!(t.narrow_to_f16());
+            assert_eq!(t.scale_dtype, FloatDtype::F16);
+            assert_eq!(t.scales, d.to_le_bytes());
+            let bias = half::f16::from_le_bytes([t.biases[0], t.biases[1]]).to_f32();
+            assert_eq!(bias.to_le_bytes().to_vec(), wide.biases);
+            assert_eq!(t.weight, wide.weight);
+            // Narrowing twice does nothing.
+            assert!(!t.narrow_to_f16());
+        }
+        // Q8_0 with d = 8192: the bias -128d = -2^20 is past f16's range, so both stay f32.
+        let mut b = 0x7000u16.to_le_bytes().to_vec(); // 8192
+        b.extend([0u8; 32]);
+        let mut t = transcode_affine(GgmlType::Q8_0, &b).unwrap();
+        assert!(!t.narrow_to_f16());
+        assert_eq!(t.scale_dtype, FloatDtype::F32);
+        assert_eq!(t.scales.len(), 4);
+    }
+
+    #[test]
+    fn k_quant_scales_that_need_f32_stay_f32() {
+        // A Q4_K super-block: d = 1 + 2^-10 (f16 0x3C01), dmin = 0, every 6-bit
+        // scale 63: the products d · 63 need 16 significant bits.
+        let mut b = vec![0x01, 0x3C, 0x00, 0x00];
+        b.extend([63u8, 63, 63, 63, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+        b.extend([0u8; 128]);
+        let mut t = transcode_affine(GgmlType::Q4_K, &b).unwrap();
+        let before = t.clone();
+        assert!(!t.narrow_to_f16());
+        assert_eq!(t, before);
     }
 
     #[test]
