@@ -6,7 +6,7 @@
 #   THREADS=1 REPS=5 bash bench/cpu.sh
 #   SKIP_MLX_LM=1 bash bench/cpu.sh   # mlx-lm takes ~10 minutes on 2 cores
 #   FORMATS="Q4_0 Q8_0" MODELS=smollm2 bash bench/cpu.sh
-#   LAYOUT=rows16 bash bench/cpu.sh   # bundles compiled with --weight-layout rows16
+#   LAYOUT=row-major bash bench/cpu.sh   # --weight-layout of the bundles (default: auto, the compiler's)
 #
 # For each real model of `make setup` (MODELS: smollm2 = SmolLM2-135M Q4_1,
 # gemma3 = Gemma 3 270M Q4_K_M) and each weight format (FORMATS, default
@@ -33,7 +33,7 @@ pp=${PP:-512}
 tg=${TG:-128}
 formats=${FORMATS:-package Q4_0 Q8_0 BF16}
 models=${MODELS:-smollm2 gemma3}
-layout=${LAYOUT:-row-major}
+layout=${LAYOUT:-auto}
 work=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$work"
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mlxcel_compiler::compile::{CompileOptions, Progress, QuantizeTarget, TensorPlan, WeightLayout, compile};
+use mlxcel_compiler::compile::{CompileOptions, Progress, QuantizeTarget, TensorPlan, WeightLayoutChoice, compile};
 use mlxcel_compiler::cuda::{CudaKernelOptions, CudaTarget, KernelEvent};
 use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
@@ -48,14 +48,13 @@ struct Args {
     /// (e.g. 8 to keep them more precise than the rest).
     #[arg(long)]
     embedding_bits: Option<u32>,
-    /// How quantized weights are arranged: row-major (MLX's layout: the
-    /// fastest single stream on the CPU) or rows16 (4- and 8-bit matrices
-    /// with a multiple of 16 rows stored in transposed blocks of 16 rows, so
-    /// the CPU kernels dequantize each weight once for a whole decode batch,
-    /// in f32: for a server's many streams; one stream is ~20% slower). See
-    /// docs/compiler.md.
-    #[arg(long, default_value = "row-major", value_name = "row-major|rows16")]
-    weight_layout: WeightLayout,
+    /// How quantized weights are arranged: rows16 (4- and 8-bit matrices
+    /// with a multiple of 16 rows stored in transposed blocks of 16 rows,
+    /// which mlxcel's CPU kernels read fastest, for one sequence and for a
+    /// decode batch), row-major (MLX's layout, what GPU ops read), or auto:
+    /// row-major with --target cuda-*, else rows16. See docs/compiler.md.
+    #[arg(long, default_value = "auto", value_name = "auto|rows16|row-major")]
+    weight_layout: WeightLayoutChoice,
     /// Print each tensor's stored form, size and quantization error (relative RMS against the source values).
     #[arg(long)]
     report: bool,
@@ -144,7 +143,7 @@ fn run(args: Args) -> Result<()> {
         keep_source_quant: args.keep_source_quant,
         embedding_bits: args.embedding_bits,
         report: args.report,
-        weight_layout: args.weight_layout,
+        weight_layout: args.weight_layout.resolve(!args.targets.is_empty()),
         cuda,
         name: args.name.clone(),
         chat_template: args

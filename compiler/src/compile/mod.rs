@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use mlxcel_bundle::WrittenBundle;
 use mlxcel_surgery::Surgery;
 
-pub use options::{CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, plan};
+pub use options::{CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, WeightLayoutChoice, plan};
 
 use crate::ingest::{Architecture, SourceModel};
 use phases::Compilation;

@@ -64,19 +64,60 @@ impl fmt::Display for QuantizeTarget {
     }
 }
 
-/// How quantized weights are arranged in the bundle (`--weight-layout`).
+/// How quantized weights are arranged in the bundle (`--weight-layout`;
+/// [`WeightLayoutChoice`] is the flag, with `auto`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightLayout {
-    /// MLX's row-major layout for every tensor: the fastest single stream on
-    /// the CPU (the avx512vnni int16 matvec reads it).
+    /// MLX's row-major layout for every tensor: what MLX's own ops (a GPU)
+    /// read. The library's default ([`CompileOptions::default`]).
     #[default]
     RowMajor,
     /// The `rows16` layout wherever it applies (affine 4- and 8-bit matrices
-    /// with a multiple of 16 rows): mlxcel's CPU kernels then dequantize each
-    /// weight once for a whole decode batch, in f32 without rounding x (a
-    /// server's many streams); one stream decodes ~20% slower. Runtimes that
-    /// use MLX's own ops (a GPU) rearrange such weights back at load.
+    /// with a multiple of 16 rows): mlxcel's CPU kernels then read the 16
+    /// rows' codes of one input as one vector, for one sequence or a whole
+    /// decode batch (on SmolLM2 Q4_0, 2 threads: 1.6x row-major's decode of one
+    /// sequence, 1.6-1.8x of 4 to 16). Runtimes that use MLX's own ops (a GPU)
+    /// rearrange such weights back at load.
     Rows16,
+}
+
+/// What `--weight-layout` asks for: `auto` (the default) or a layout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightLayoutChoice {
+    /// [`WeightLayoutChoice::resolve`] picks.
+    #[default]
+    Auto,
+    /// This layout.
+    Given(WeightLayout),
+}
+
+impl WeightLayoutChoice {
+    /// The layout to write. `auto` is `rows16`, whose decode is faster on
+    /// every x86 build of mlxcel's kernels measured (docs/benchmarks.md,
+    /// "Weight layouts"; AVX2's prefill is ~0.8x), except for a bundle
+    /// compiled for a GPU (`gpu_targets`: `--target cuda-*`): MLX's GPU ops
+    /// read only row-major, and the runtime would rearrange every matrix at
+    /// load.
+    pub fn resolve(self, gpu_targets: bool) -> WeightLayout {
+        match self {
+            WeightLayoutChoice::Given(layout) => layout,
+            WeightLayoutChoice::Auto if gpu_targets => WeightLayout::RowMajor,
+            WeightLayoutChoice::Auto => WeightLayout::Rows16,
+        }
+    }
+}
+
+impl FromStr for WeightLayoutChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(WeightLayoutChoice::Auto),
+            "rows16" => Ok(WeightLayoutChoice::Given(WeightLayout::Rows16)),
+            "row-major" => Ok(WeightLayoutChoice::Given(WeightLayout::RowMajor)),
+            other => Err(format!("unknown weight layout {other:?}: use auto, rows16 or row-major")),
+        }
+    }
 }
 
 impl FromStr for WeightLayout {
@@ -312,5 +353,25 @@ pub(super) fn edited_plan(p: &TensorPlan, info: &TensorInfo, shape: &[usize]) ->
             TensorPlan::Float(FloatDtype::F32)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weight_layout_auto_is_rows16_unless_for_a_gpu() {
+        let auto: WeightLayoutChoice = "auto".parse().unwrap();
+        assert_eq!(auto, WeightLayoutChoice::default());
+        assert_eq!(auto.resolve(false), WeightLayout::Rows16);
+        assert_eq!(auto.resolve(true), WeightLayout::RowMajor);
+        for (name, layout) in [("rows16", WeightLayout::Rows16), ("row-major", WeightLayout::RowMajor)] {
+            let given: WeightLayoutChoice = name.parse().unwrap();
+            assert_eq!((given.resolve(false), given.resolve(true)), (layout, layout), "{name}");
+            assert_eq!(layout.to_string(), name);
+        }
+        let err = "rows8".parse::<WeightLayoutChoice>().unwrap_err();
+        assert_eq!(err, "unknown weight layout \"rows8\": use auto, rows16 or row-major");
     }
 }
