@@ -442,7 +442,10 @@ fn quantized_matrices(tensors: &[TensorReport]) -> Vec<QuantizedMatrix> {
 }
 
 /// The dtypes the embedding lookup gathers besides `float32` and `uint32`:
-/// the table's own when it is float, its scales' when quantized.
+/// the table's own when it is float. A quantized table gathers its codes
+/// (`uint32`) and its scales and biases in the compute dtype (`float32`): the
+/// runtime converts 16-bit scales at load wherever MLX's ops run them
+/// (runtime/src/weights.rs), so their stored dtype needs no gather of its own.
 fn embedding_dtypes(tensors: &[TensorReport]) -> Vec<MlxDtype> {
     let mlx = |d: FloatDtype| match d {
         FloatDtype::F32 => MlxDtype::Float32,
@@ -453,7 +456,6 @@ fn embedding_dtypes(tensors: &[TensorReport]) -> Vec<MlxDtype> {
         .iter()
         .filter(|t| t.name == EMBEDDING)
         .filter_map(|t| match (&t.affine, &t.plan) {
-            (Some(a), _) => Some(mlx(a.scales)),
             (None, TensorPlan::Float(d)) => Some(mlx(*d)),
             _ => None,
         })
