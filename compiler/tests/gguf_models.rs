@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::{GEMMA3, SMOLLM2, TempDir, model, run_python, sha256_f32};
 use mlxcel_arch::LayerType;
-use mlxcel_compiler::ingest::gguf::quant::dequantize;
+use mlxcel_compiler::ingest::gguf::quant::{GgmlType, dequantize};
 use mlxcel_compiler::ingest::{Architecture, FloatDtype, SourceFormat, SourceModel, Storage, TensorData};
 use mlxcel_mlx::Dtype;
 use serde_json::Value;
@@ -76,7 +76,8 @@ fn check_all_tensors(path: &Path) -> HashMap<String, (usize, usize)> {
             // The legacy types' scales and biases are exact in f16 and stored so;
             // they are widened here because MLX's dequantize computes in the
             // scales' dtype (mlxcel's kernels widen them as they read them).
-            let legacy = matches!(ty.to_string().as_str(), "Q4_0" | "Q4_1" | "Q5_0" | "Q5_1" | "Q8_0");
+            let legacy =
+                matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0);
             let expected = if legacy { FloatDtype::F16 } else { FloatDtype::F32 };
             assert_eq!((q.scales.dtype, q.biases.dtype), (expected, expected), "{} ({ty}) scales", info.name);
             let mut quantized = q.to_quantized().unwrap();

@@ -162,9 +162,9 @@ impl Weights {
         }
         let groups: Vec<i32> = lead.iter().copied().chain([rows, cols / spec.group_size]).collect();
         let keep_16_bit = lead.is_empty() && self.kernels_read_16_bit();
-        let mut scales = self.scales(&format!("{prefix}.scales"), &groups, keep_16_bit)?;
+        let mut scales = self.float_or_16_bit(&format!("{prefix}.scales"), &groups, keep_16_bit)?;
         let mut biases = match spec.mode {
-            QuantMode::Affine => Some(self.scales(&format!("{prefix}.biases"), &groups, keep_16_bit)?),
+            QuantMode::Affine => Some(self.float_or_16_bit(&format!("{prefix}.biases"), &groups, keep_16_bit)?),
             _ => None,
         };
         let (mut weight, mut layout) = (weight, spec.layout);
@@ -181,12 +181,12 @@ impl Weights {
         Ok(Quantized { weight, scales, biases, group_size: spec.group_size, bits: spec.bits, mode: spec.mode, layout })
     }
 
-    /// The scales or biases `name` of a quantized matrix: f16 or bf16 as
-    /// stored with `keep_16_bit` (mlxcel's kernels widen them exactly as they
-    /// read them, so the products are unchanged and the bytes halved: a GGUF
-    /// Q4_0/Q8_0 transcode stores f16), otherwise in the compute dtype (MLX's
-    /// own ops want them in the activations' dtype).
-    fn scales(&self, name: &str, shape: &[i32], keep_16_bit: bool) -> Result<Array> {
+    /// The float tensor `name`: f16 or bf16 as stored with `keep_16_bit`
+    /// (mlxcel's kernels widen 16-bit weights, scales and biases exactly as
+    /// they read them, so the products are unchanged and the bytes halved: a
+    /// GGUF Q4_0/Q8_0 transcode stores f16 scales), otherwise in the compute
+    /// dtype (MLX's own ops want the activations' dtype).
+    fn float_or_16_bit(&self, name: &str, shape: &[i32], keep_16_bit: bool) -> Result<Array> {
         if keep_16_bit {
             let a = self.raw(name)?;
             if matches!(a.dtype(), Dtype::F16 | Dtype::BF16) && a.shape() == shape {
@@ -209,13 +209,8 @@ impl Weights {
             None => {
                 let name = format!("{prefix}.weight");
                 let shape: Vec<i32> = lead.iter().copied().chain([rows, cols]).collect();
-                if lead.is_empty() && self.kernels_read_16_bit() {
-                    let a = self.raw(&name)?;
-                    if matches!(a.dtype(), Dtype::F16 | Dtype::BF16) && a.shape() == shape {
-                        return Ok(Weight::Dense(a));
-                    }
-                }
-                Ok(Weight::Dense(self.float(&name, &shape)?))
+                let keep_16_bit = lead.is_empty() && self.kernels_read_16_bit();
+                Ok(Weight::Dense(self.float_or_16_bit(&name, &shape, keep_16_bit)?))
             }
         }
     }

@@ -435,23 +435,24 @@ impl AffineParts {
         if self.scale_dtype != FloatDtype::F32 {
             return false;
         }
-        let exact = |bytes: &[u8]| {
-            bytes.chunks_exact(4).all(|c| {
+        // The f16 bytes of an array, or None where a value is not an f16.
+        let narrow = |bytes: &[u8]| -> Option<Vec<u8>> {
+            let mut out = Vec::with_capacity(bytes.len() / 2);
+            for c in bytes.chunks_exact(4) {
                 let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                half::f16::from_f32(v).to_f32().to_bits() == v.to_bits()
-            })
+                let h = half::f16::from_f32(v);
+                if h.to_f32().to_bits() != v.to_bits() {
+                    return None;
+                }
+                out.extend(h.to_le_bytes());
+            }
+            Some(out)
         };
-        if !exact(&self.scales) || !exact(&self.biases) {
+        let (Some(scales), Some(biases)) = (narrow(&self.scales), narrow(&self.biases)) else {
             return false;
-        }
-        let narrow = |bytes: &[u8]| -> Vec<u8> {
-            bytes
-                .chunks_exact(4)
-                .flat_map(|c| half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
-                .collect()
         };
-        self.scales = narrow(&self.scales);
-        self.biases = narrow(&self.biases);
+        self.scales = scales;
+        self.biases = biases;
         self.scale_dtype = FloatDtype::F16;
         true
     }
