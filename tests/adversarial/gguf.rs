@@ -418,8 +418,9 @@ fn tokenizer(base: &Gguf, c: &mut Vec<Case>) {
     ));
 }
 
-/// Templates that loop far too long (nested loops, recursion) or build huge
-/// strings: a renderer without fuel hangs or exhausts memory on them.
+/// Templates that loop far too long (nested loops, recursion), build huge
+/// strings or walk huge values: a renderer without fuel hangs or exhausts
+/// memory on them.
 pub fn nested_templates() -> Vec<String> {
     vec![
         "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}".into(),
@@ -427,6 +428,13 @@ pub fn nested_templates() -> Vec<String> {
         "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}".into(),
         "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}".into(),
         "{% for i in range(9999999999) %}{% endfor %}".into(),
+        // Values that cost little to build and a great deal to walk: a
+        // lazily repeated list formatted (the chat_template fuzzer's find),
+        // repeats of repeats, and a list that shares itself (2^60 items).
+        "{{ 666.0 * 66 * 66.0 * 9.0 * ['\0'] }}".into(),
+        "{% set l = ['a'] * 10000 %}{% set m = [l] * 10000 %}{{ [m] * 10000 }}".into(),
+        "{% set ns = namespace(a=[1]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a ~ '' }}"
+            .into(),
     ]
 }
 

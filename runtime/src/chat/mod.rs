@@ -5,15 +5,19 @@
 //! A template comes from a bundle, so from whoever built it: it is bounded
 //! like any other input. Its source may be at most [`MAX_TEMPLATE_BYTES`],
 //! and every render runs on [`TEMPLATE_FUEL`] (minijinja's budget of
-//! instructions and created data), so nested loops end in an error instead
-//! of a hang. [`ChatTemplate::validate`] renders a representative
+//! instructions and created data, plus the items of every container it
+//! formats or serializes: [`fuel`]), so nested loops and huge values end in
+//! an error instead of a hang. [`ChatTemplate::validate`] renders a representative
 //! conversation, so the compiler and `verify` can refuse a template that
 //! `run` could not use.
 
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value, context};
+use minijinja::{Environment, Error as JinjaError, ErrorKind, Value, context, machinery};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+
+mod fuel;
+mod operators;
 
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -86,8 +90,9 @@ impl ChatTemplate {
         }
         let mut env = Environment::new();
         env.set_fuel(Some(TEMPLATE_FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
+        fuel::install(&mut env);
+        operators::install(&mut env);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, JinjaError> {
             Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
         });
@@ -143,13 +148,23 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> std::result::Result<String, JinjaError> {
-        self.env.get_template("chat")?.render(context! {
+        let root = context! {
             messages => Value::from(minijinja::value::Serde(messages)),
             tools => if tools.is_empty() { Value::from(()) } else { Value::from(minijinja::value::Serde(tools)) },
             add_generation_prompt => add_generation_prompt,
             bos_token => bos_token.unwrap_or(""),
             eos_token => eos_token.unwrap_or(""),
-        })
+        };
+        // The template as compiled, with its operators made to pay for
+        // what they walk (operators.rs), run as `Template::render` would.
+        let template = self.env.get_template("chat")?;
+        let compiled = machinery::get_compiled_template(&template);
+        let instructions = operators::rewrite(&compiled.instructions);
+        let blocks = compiled.blocks.iter().map(|(&name, block)| (name, operators::rewrite(block))).collect();
+        let mut text = String::new();
+        let mut out = machinery::make_string_output(&mut text);
+        machinery::eval(&self.env, &instructions, root, &blocks, &mut out, compiled.initial_auto_escape.clone())?;
+        Ok(text)
     }
 
     /// Renders a representative conversation (a user turn; then a system
@@ -286,5 +301,49 @@ mod tests {
                 MAX_TEMPLATE_BYTES + 1
             )
         );
+    }
+
+    /// Values whose walk costs far more than building them: a lazily
+    /// repeated list (the fuzzer's find: `666.0*66*66.0*9.*['\0']`, formatted,
+    /// walked 26 million items unpaid and took over 10 s) and a list that
+    /// shares itself (2^60 items from 60 instructions). Formatting,
+    /// serializing, concatenating or comparing them must end in an error
+    /// within the render's fuel.
+    #[test]
+    fn huge_values_cost_what_walking_them_costs() {
+        let doubled =
+            "{% set ns = namespace(a=[1]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}";
+        let templates = [
+            "{{666.0*66*66.0*9.*['\0'] }}\nont}.0*9.*['\0'] }}\nont}\nonten\u{1}{".to_string(),
+            "{% set l = ['a'] * 10000 %}{% set m = [l] * 10000 %}{{ [m] * 10000 }}".to_string(),
+            "{{ ([0] + [1]) * 50000000 }}".to_string(),
+            format!("{doubled}{{{{ ns.a }}}}"),
+            format!("{doubled}{{{{ ns.a ~ '' }}}}"),
+            format!("{doubled}{{{{ ns.a | tojson }}}}"),
+            format!("{doubled}{{{{ ns.a | string | length }}}}"),
+            format!("{doubled}{{{{ ', '.join(ns.a) }}}}"),
+            format!(
+                "{doubled}{{% set ns.b = [1] %}}{{% for i in range(60) %}}{{% set ns.b = [ns.b, ns.b] %}}{{% endfor %}}{{{{ ns.a == ns.b }}}}"
+            ),
+        ];
+        for source in &templates {
+            let start = std::time::Instant::now();
+            let result = ChatTemplate::new(source).unwrap().render(&[Message::new("user", "Hi")], true, None, None);
+            let err = result.expect_err(source).to_string();
+            assert!(err.contains("used up its fuel"), "{source}: {err}");
+            assert!(start.elapsed() < std::time::Duration::from_secs(10), "{source}: {:?}", start.elapsed());
+        }
+    }
+
+    /// The operators keep their meaning when they are made to pay.
+    #[test]
+    fn operators_mean_what_they_meant() {
+        let source = "{{ 'a' ~ 1 ~ none }}|{{ [1, 2] + [3] }}|{{ [0] * 3 }}|{{ 'ab' * 2 }}|{{ 1 + 2 * 3 }}|\
+                      {{ (1, 2) + (3,) }}|{{ [[1]] == [[1]] }}|{{ 'b' in ['a', 'b'] }}|{{ 2 < 3 <= 3 }}|\
+                      {{ ('<b>' | safe) ~ ('<i>' | safe) }}|{{ messages[0].content ~ '!' }}|{{ 'x' in {'x': 1} }}";
+        let out = ChatTemplate::new(source).unwrap().render(&[Message::new("user", "Hi")], true, None, None).unwrap();
+        assert_eq!(out, "a1None|[1, 2, 3]|[0, 0, 0]|abab|7|(1, 2, 3)|True|True|True|<b><i>|Hi!|True");
+        let err = ChatTemplate::new("\n{{ 1 + 'a' }}").unwrap().render(&[], false, None, None).unwrap_err().to_string();
+        assert!(err.starts_with("chat template: the bundle's template, line 2: invalid operation"), "{err}");
     }
 }
