@@ -50,12 +50,12 @@ inline void fmv_rows(const QmmArgs& a, int n, const float* x, float* out) {
 #pragma GCC unroll 8
     for (int m = 0; m < MM; ++m) acc[r][m][0] = acc[r][m][1] = S::zero();
   const int64_t row0 = static_cast<int64_t>(n) * K;
-  // Software prefetch of the block of rows kQmvAhead blocks ahead (its rows
-  // are contiguous), spread over the steps of k as the quantized matvec does:
+  // Software prefetch of the R rows 4 * kQmvAhead rows ahead (the rows are
+  // contiguous), spread over the steps of k as the quantized matvec does:
   // without it a bf16 decode step read ~9 GB/s on one core, half of DRAM's
   // (SmolLM2 bf16 tg on 1 thread: 33 tok/s before, 50-60 after).
   constexpr int64_t kEs = WT == kScaleF32 ? 4 : 2;
-  const int64_t ahead = static_cast<int64_t>(kQmvAhead) * R;
+  const int64_t ahead = static_cast<int64_t>(kQmvAhead) * 4;
   const SpreadPrefetch pf(
       n + ahead + R <= a.N ? static_cast<const char*>(a.w) + (row0 + ahead * K) * kEs : nullptr,
       R * static_cast<int64_t>(K) * kEs, imax(1, K / (2 * W)));
@@ -95,12 +95,13 @@ inline void fmv_rows(const QmmArgs& a, int n, const float* x, float* out) {
     for (int m = 0; m < MM; ++m) out[static_cast<int64_t>(m) * a.ldo + n + r] = S::hsum(S::add(acc[r][m][0], acc[r][m][1]));
 }
 
+// One row of W per pass, in order: the rows are contiguous, so the pass reads
+// one sequential stream, which the hardware prefetcher follows. Interleaving
+// 4 rows per pass (4 streams a row apart, for fewer horizontal sums) was
+// 14-19% slower at decoding SmolLM2 bf16 on 2 threads (docs/kernels.md).
 template <int WT, int MM>
 void fmv_range(const QmmArgs& a, int n0, int n1, const float* x, float* out) {
-  constexpr int R = MM == 1 ? 4 : (MM == 2 ? 2 : 1);
-  int n = n0;
-  for (; n + R <= n1; n += R) fmv_rows<WT, R, MM>(a, n, x, out);
-  for (; n < n1; ++n) fmv_rows<WT, 1, MM>(a, n, x, out);
+  for (int n = n0; n < n1; ++n) fmv_rows<WT, 1, MM>(a, n, x, out);
 }
 
 template <int WT>
