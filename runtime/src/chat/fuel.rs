@@ -10,9 +10,9 @@
 //! item it reaches, so the walk ends where the render's fuel does and the
 //! work that follows is bounded by what was paid for.
 //!
-//! Operators that format a container inside minijinja's VM (`x ~ ''`) and
-//! comparisons of nested containers are not reached from here; see
-//! docs/reliability.md.
+//! Operators run inside minijinja's VM, where no formatter, filter or
+//! callback is reached (`x ~ ''`, `a == b`): operators.rs makes those pay
+//! with [`charge_items`] too.
 
 use std::sync::LazyLock;
 

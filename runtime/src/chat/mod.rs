@@ -6,8 +6,8 @@
 //! like any other input. Its source may be at most [`MAX_TEMPLATE_BYTES`],
 //! and every render runs on [`TEMPLATE_FUEL`] (minijinja's budget of
 //! instructions and created data, plus the items of every container it
-//! formats or serializes: [`fuel`]), so nested loops and huge values end in
-//! an error instead of a hang. [`ChatTemplate::validate`] renders a representative
+//! formats, serializes, concatenates or compares: fuel.rs, operators.rs), so
+//! nested loops and huge values end in an error instead of a hang. [`ChatTemplate::validate`] renders a representative
 //! conversation, so the compiler and `verify` can refuse a template that
 //! `run` could not use.
 
