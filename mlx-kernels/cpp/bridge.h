@@ -142,6 +142,7 @@ int32_t kernels_default_threads();
 void kernels_set_threads(int32_t n);
 void kernels_set_default_threads(int32_t n);
 void kernels_set_spin(int32_t spin_us, bool spin_yield);
+bool retain_freed_memory();
 kern::Isa kernels_isa();
 bool kernels_isa_supported(kern::Isa isa);
 bool kernels_set_isa(kern::Isa isa);

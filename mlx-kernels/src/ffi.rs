@@ -445,6 +445,7 @@ pub(crate) mod bridge {
         fn kernels_set_threads(n: i32);
         fn kernels_set_default_threads(n: i32);
         fn kernels_set_spin(spin_us: i32, spin_yield: bool);
+        fn retain_freed_memory() -> bool;
         fn kernels_isa() -> Isa;
         fn kernels_isa_supported(isa: Isa) -> bool;
         fn kernels_set_isa(isa: Isa) -> bool;

@@ -9,7 +9,8 @@
 //! [`Settings::apply`], which goes through the setters ([`crate::fast::set_isa`],
 //! [`crate::fast::set_default_threads`], [`crate::fast::set_spin`],
 //! [`crate::fast::set_default_path`], [`crate::fast::set_inline_eval`],
-//! [`crate::device::set_default_device`]). Test binaries do the same in
+//! [`crate::device::set_default_device`]) and keeps freed memory for reuse
+//! ([`crate::fast::retain_freed_memory`]). Test binaries do the same in
 //! their init helper.
 //!
 //! ```
@@ -232,6 +233,7 @@ impl Settings {
         fast::set_spin(self.spin_us, self.spin_yield);
         fast::set_default_path(self.kernels);
         fast::set_inline_eval(self.inline_eval);
+        fast::retain_freed_memory();
         Ok(device)
     }
 }

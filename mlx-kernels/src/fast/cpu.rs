@@ -32,6 +32,17 @@ pub fn set_spin(spin_us: u32, spin_yield: bool) {
     bridge::kernels_set_spin(i32::try_from(spin_us).unwrap_or(i32::MAX), spin_yield);
 }
 
+/// Makes the C allocator keep freed memory for reuse instead of returning it
+/// to the kernel: blocks up to 32 MiB come from the heap, and up to 256 MiB
+/// of free heap stays mapped. MLX's CPU buffers come from `malloc`, and
+/// without this every decode step faulted its freshly mapped activation
+/// buffers in again (16-sequence SmolLM2 decode: 8% faster, page faults down
+/// 10x; docs/kernels.md "Memory"). Process-wide; glibc only: returns whether
+/// it applied (false elsewhere, where nothing changes).
+pub fn retain_freed_memory() -> bool {
+    bridge::retain_freed_memory()
+}
+
 /// Sets the kernels' thread count, process-wide (0 restores the default).
 /// Takes effect for the next kernel that runs.
 pub fn set_threads(n: usize) {
