@@ -25,16 +25,42 @@ llama_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 llama_dir=${MLXCEL_DEPS_DIR:-$_llama_root/.deps}/llama.cpp-$llama_version
 llama_bin=$llama_dir/build/bin
 
+# The CPU's own instruction sets, as a native build would pick them, except
+# AMX: llama.cpp 0.3.36 built with AMX stops with SIGILL at its first tile
+# load (tileloadd in ggml_backend_amx_mul_mat, gdb, 2026-12-03) on a Xeon
+# whose kernel grants the tiles (mlxcel's AMX kernels run there), and a
+# hypervisor that does not grant them hides the flags anyway.
+_llama_isa_flags() {
+  [ "$(uname -m)" = x86_64 ] || return 0
+  local flags
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
+  echo -DGGML_NATIVE=OFF -DGGML_AVX="$(has avx)" -DGGML_AVX2="$(has avx2)" -DGGML_FMA="$(has fma)" \
+    -DGGML_F16C="$(has f16c)" -DGGML_BMI2="$(has bmi2)" -DGGML_AVX512="$(has avx512f)" \
+    -DGGML_AVX512_VBMI="$(has avx512vbmi)" -DGGML_AVX512_VNNI="$(has avx512_vnni)" \
+    -DGGML_AVX512_BF16="$(has avx512_bf16)" -DGGML_AVX_VNNI="$(has avx_vnni)" -DGGML_AMX_TILE=OFF \
+    -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+}
+
 llama_cpp_build() (
   set -euo pipefail
-  local missing=() t
+  local missing=() t isa=()
+  read -r -a isa <<<"$(_llama_isa_flags)"
+  # A build made for other instruction sets (another machine's, or one made
+  # before this record existed) is rebuilt whole.
+  local stale=0
+  [ -d "$llama_dir/build" ] && [ "$(cat "$llama_dir/build/mlxcel-isa.txt" 2>/dev/null)" != "${isa[*]}" ] && stale=1
   for t in "$@"; do
-    [ -x "$llama_bin/$t" ] || missing+=("$t")
+    [ $stale = 0 ] && [ -x "$llama_bin/$t" ] || missing+=("$t")
   done
   [ ${#missing[@]} -gt 0 ] || return 0
   mkdir -p "$llama_dir"
   exec 9>"$llama_dir/.lock"
   flock 9
+  if [ $stale = 1 ]; then
+    echo "llama.cpp in $llama_dir/build was built for other instruction sets: rebuilding" >&2
+    rm -rf "$llama_dir/build"
+  fi
   echo "building llama.cpp $llama_version (vendored by llama-cpp-python): ${missing[*]} in $llama_dir" >&2
   # cmake and ninja from PyPI, pinned, in a project-local virtual environment.
   local tools=$_llama_root/.deps/build-tools
@@ -55,18 +81,6 @@ llama_cpp_build() (
     mkdir -p "$llama_dir/src"
     tar -xzf "$tarball" -C "$llama_dir/src" --strip-components=1
   fi
-  # The CPU's own instruction sets, as a native build would pick them, except
-  # AMX, whose tiles this machine's hypervisor does not enable.
-  local isa=() flags
-  if [ "$(uname -m)" = x86_64 ]; then
-    flags=$(grep -m1 '^flags' /proc/cpuinfo)
-    has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
-    isa=(-DGGML_NATIVE=OFF -DGGML_AVX="$(has avx)" -DGGML_AVX2="$(has avx2)" -DGGML_FMA="$(has fma)"
-      -DGGML_F16C="$(has f16c)" -DGGML_BMI2="$(has bmi2)" -DGGML_AVX512="$(has avx512f)"
-      -DGGML_AVX512_VBMI="$(has avx512vbmi)" -DGGML_AVX512_VNNI="$(has avx512_vnni)"
-      -DGGML_AVX512_BF16="$(has avx512_bf16)" -DGGML_AVX_VNNI="$(has avx_vnni)" -DGGML_AMX_TILE=OFF
-      -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
-  fi
   # The server is configured in (it is only built when asked for); its web UI
   # is neither built with npm nor downloaded from Hugging Face.
   PATH=$tools/bin:$PATH cmake -S "$llama_dir/src/vendor/llama.cpp" -B "$llama_dir/build" -G Ninja \
@@ -81,6 +95,7 @@ llama_cpp_build() (
   for t in "${missing[@]}"; do
     [ -x "$llama_bin/$t" ] || { echo "llama_cpp.sh: $t was not built into $llama_bin" >&2; exit 1; }
   done
+  echo "${isa[*]}" >"$llama_dir/build/mlxcel-isa.txt"
 )
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -599,6 +599,9 @@ bool retain_freed_memory() {
 }
 kern::Isa kernels_isa() { return kern::table().isa; }
 bool kernels_isa_supported(kern::Isa isa) { return kern::isa_supported(isa); }
+bool kernels_amx_supported() { return kern::amx_supported(); }
+void kernels_set_amx(bool on) { kern::set_amx(on); }
+bool kernels_amx_active() { return kern::amx_active(); }
 bool kernels_set_isa(kern::Isa isa) { return kern::set_isa(isa); }
 double kernels_read_bandwidth(size_t bytes, int32_t reps) { return kern::read_bandwidth_gbs(bytes, reps); }
 

@@ -448,6 +448,9 @@ pub(crate) mod bridge {
         fn retain_freed_memory() -> bool;
         fn kernels_isa() -> Isa;
         fn kernels_isa_supported(isa: Isa) -> bool;
+        fn kernels_amx_supported() -> bool;
+        fn kernels_set_amx(on: bool);
+        fn kernels_amx_active() -> bool;
         fn kernels_set_isa(isa: Isa) -> bool;
         fn kernels_read_bandwidth(bytes: usize, reps: i32) -> f64;
         fn pending_ops(list: &ArrayList) -> Vec<String>;

@@ -1,6 +1,6 @@
 //! The process-wide settings of the MLX layer and mlxcel's kernels: the
 //! device, the kernels' instruction set, threads and idle spinning, whether
-//! the kernels are used at all, and inline evaluation.
+//! the kernels are used at all, inline evaluation and AMX tiles.
 //!
 //! No library code reads the environment (a value cached at first use
 //! silently ignores later changes, and a typo silently means the default).
@@ -9,7 +9,7 @@
 //! [`Settings::apply`], which goes through the setters ([`crate::fast::set_isa`],
 //! [`crate::fast::set_default_threads`], [`crate::fast::set_spin`],
 //! [`crate::fast::set_default_path`], [`crate::fast::set_inline_eval`],
-//! [`crate::device::set_default_device`]) and keeps freed memory for reuse
+//! [`crate::fast::set_amx`], [`crate::device::set_default_device`]) and keeps freed memory for reuse
 //! ([`crate::fast::retain_freed_memory`]). Test binaries do the same in
 //! their init helper.
 //!
@@ -38,6 +38,8 @@ pub const SPIN_YIELD: &str = "MLXCEL_SPIN_YIELD";
 pub const KERNELS: &str = "MLXCEL_KERNELS";
 /// `MLXCEL_INLINE_EVAL`: inline evaluation of kernel-only graphs.
 pub const INLINE_EVAL: &str = "MLXCEL_INLINE_EVAL";
+/// `MLXCEL_AMX`: whether the kernels may use AMX tiles.
+pub const AMX: &str = "MLXCEL_AMX";
 
 /// One environment variable [`Settings::from_env`] reads.
 #[derive(Clone, Copy, Debug)]
@@ -53,7 +55,7 @@ pub struct Variable {
 }
 
 /// Every variable [`Settings::from_env`] reads (README.md documents each).
-pub const VARIABLES: [Variable; 7] = [
+pub const VARIABLES: [Variable; 8] = [
     Variable {
         name: DEVICE,
         values: "cpu, gpu (cuda, metal), auto",
@@ -95,6 +97,12 @@ pub const VARIABLES: [Variable; 7] = [
         values: "1, 0 (on, off, true, false, yes, no)",
         default: "1",
         meaning: "whether a graph of kernels only runs on the calling thread (fast::eval)",
+    },
+    Variable {
+        name: AMX,
+        values: "1, 0 (on, off, true, false, yes, no)",
+        default: "1",
+        meaning: "whether the avx512vnni kernels use AMX tiles where the CPU has them (same bits either way)",
     },
 ];
 
@@ -141,6 +149,8 @@ pub struct Settings {
     pub kernels: Path,
     /// Whether `fast::eval` runs kernel-only graphs inline.
     pub inline_eval: bool,
+    /// Whether the kernels may use AMX tiles ([`crate::fast::set_amx`]).
+    pub amx: bool,
 }
 
 impl Default for Settings {
@@ -153,6 +163,7 @@ impl Default for Settings {
             spin_yield: true,
             kernels: Path::Auto,
             inline_eval: true,
+            amx: true,
         }
     }
 }
@@ -211,6 +222,9 @@ impl Settings {
         if let Some(v) = get(INLINE_EVAL) {
             s.inline_eval = parse_bool(INLINE_EVAL, &v)?;
         }
+        if let Some(v) = get(AMX) {
+            s.amx = parse_bool(AMX, &v)?;
+        }
         Ok(s)
     }
 
@@ -233,6 +247,7 @@ impl Settings {
         fast::set_spin(self.spin_us, self.spin_yield);
         fast::set_default_path(self.kernels);
         fast::set_inline_eval(self.inline_eval);
+        fast::set_amx(self.amx);
         fast::retain_freed_memory();
         Ok(device)
     }

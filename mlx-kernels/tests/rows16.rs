@@ -145,6 +145,50 @@ fn a_decode_batch_gives_each_row_its_bits_alone() {
     }
 }
 
+/// Where the CPU has AMX tiles, the avx512vnni build takes products of 16
+/// rows of x and more on them (rows16_amx_impl.h), which must give the int16
+/// kernel's bits exactly: the same int32 sums, the same epilogue. Outliers
+/// in every third row make their groups take the residual pass. Elsewhere
+/// there is nothing to compare (the test says so and passes); the
+/// batch-invariance test above compares the two paths too, through
+/// each_config's `+amx` configurations.
+#[test]
+fn amx_tiles_give_the_int16_kernels_bits() {
+    init();
+    if !fast::amx_supported() {
+        eprintln!(
+            "amx_tiles_give_the_int16_kernels_bits: no AMX tiles on this CPU (or not granted): nothing to compare"
+        );
+        return;
+    }
+    let (mut rng, _) = rng("rows16_amx");
+    let _guard = config_lock();
+    fast::set_isa(fast::Isa::Avx512Vnni).unwrap();
+    for (bits, group, dtype) in [(4, 32, Dtype::F16), (4, 64, Dtype::F32), (8, 32, Dtype::BF16), (8, 128, Dtype::F16)] {
+        let (n, k) = (48usize, 384usize);
+        let r = rows16(&quantized(&mut rng, n, k, group, bits, dtype));
+        for m in [16usize, 17, 64, 70, 130] {
+            let mut x = normal(&mut rng, m * k);
+            for row in (1..m).step_by(3) {
+                x[row * k + 37] *= 100.0;
+            }
+            let xa = arr(&x, &[m as i32, k as i32]);
+            for threads in [1, 2] {
+                fast::set_threads(threads);
+                fast::set_amx(false);
+                let want = vals(&kernel().quantized_linear(&xa, &r).unwrap());
+                fast::set_amx(true);
+                let got = vals(&kernel().quantized_linear(&xa, &r).unwrap());
+                let bits_of = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits_of(&got), bits_of(&want), "bits={bits} g={group} {dtype:?} M={m} x{threads}");
+            }
+        }
+    }
+    fast::set_amx(true);
+    fast::set_threads(0);
+    fast::set_isa(fast::Isa::best()).unwrap();
+}
+
 #[test]
 fn mlx_ops_refuse_rows16_weights() {
     init();

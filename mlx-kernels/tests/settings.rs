@@ -34,12 +34,14 @@ fn every_variable_parses_its_values() {
         ("MLXCEL_SPIN_YIELD", "off"),
         ("MLXCEL_KERNELS", "mlx"),
         ("MLXCEL_INLINE_EVAL", "0"),
+        ("MLXCEL_AMX", "no"),
     ])
     .unwrap();
     assert_eq!(s.device, DeviceRequest::Exactly(Device::Cpu));
     assert_eq!(s.isa, Some(Isa::Avx2));
     assert_eq!(s.threads, Some(3));
     assert_eq!((s.spin_us, s.spin_yield, s.kernels, s.inline_eval), (0, false, Path::Mlx, false));
+    assert!(!s.amx);
     for (value, path) in [("auto", Path::Auto), ("1", Path::Auto), ("kernel", Path::Kernel), ("off", Path::Mlx)] {
         assert_eq!(parse(&[("MLXCEL_KERNELS", value)]).unwrap().kernels, path, "{value}");
     }
@@ -63,6 +65,7 @@ fn invalid_values_are_errors_naming_the_variable_and_value() {
         ("MLXCEL_SPIN_YIELD", "maybe", "MLXCEL_SPIN_YIELD=maybe: expected 1 or 0"),
         ("MLXCEL_KERNELS", "fast", "MLXCEL_KERNELS=fast: expected auto, kernel or mlx"),
         ("MLXCEL_INLINE_EVAL", "2", "MLXCEL_INLINE_EVAL=2: expected 1 or 0"),
+        ("MLXCEL_AMX", "tiles", "MLXCEL_AMX=tiles: expected 1 or 0"),
     ];
     for (var, value, message) in cases {
         let err = parse(&[(var, value)]).unwrap_err();
@@ -82,6 +85,7 @@ fn apply_sets_the_process_state_and_defaults_restore_it() {
         spin_yield: false,
         kernels: Path::Mlx,
         inline_eval: false,
+        amx: false,
     };
     assert_eq!(s.apply().unwrap(), Device::Cpu);
     assert_eq!(fast::isa(), worst);
@@ -91,11 +95,13 @@ fn apply_sets_the_process_state_and_defaults_restore_it() {
     assert_eq!(fast::threads(), 3, "set_threads(0) restores the applied count");
     assert_eq!(fast::default_path(), Path::Mlx);
     assert!(!fast::inline_eval());
+    assert!(!fast::amx_active());
     let d = Settings { device: DeviceRequest::Exactly(Device::Cpu), ..Settings::default() };
     d.apply().unwrap();
     assert_eq!(fast::isa(), Isa::best());
     assert_eq!(fast::default_path(), Path::Auto);
     assert!(fast::inline_eval());
+    assert_eq!(fast::amx_active(), fast::amx_supported());
     assert!(fast::default_threads() >= 1);
     assert_eq!(fast::threads(), fast::default_threads());
     // What this machine cannot run is an error naming the variable.

@@ -8,6 +8,12 @@
 #include <cstring>
 #include <utility>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
 
 namespace mlxcel::kern {
@@ -75,6 +81,32 @@ Isa best_isa() {
 }
 
 const Table& table() { return *current().load(std::memory_order_acquire); }
+
+namespace {
+std::atomic<bool> g_amx_on{true};
+}  // namespace
+
+bool amx_supported() {
+  static const bool ok = [] {
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1, vbmi = (c >> 1) & 1;
+    if (!(tile && int8 && vbmi && isa_supported(Isa::Avx512Vnni))) return false;
+    // Linux hands out the 8 KB tile state only on request (ARCH_REQ_XCOMP_PERM
+    // for XFEATURE_XTILEDATA); without it the first tile instruction faults.
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+void set_amx(bool on) { g_amx_on.store(on, std::memory_order_relaxed); }
+
+bool amx_active() { return g_amx_on.load(std::memory_order_relaxed) && amx_supported(); }
 
 bool set_isa(Isa isa) {
   if (!isa_supported(isa)) return false;

@@ -1,9 +1,12 @@
 // The avx512vnni build: the avx512 kernels plus the quantized matvec on int16
-// activations (vpdpwssd; impl.h, MLXCEL_DOT_I16).
+// activations (vpdpwssd; impl.h, MLXCEL_DOT_I16), and the rows16 products on
+// AMX tiles (rows16_amx_impl.h: functions with their own target attribute,
+// called only when amx_active()).
 // Only the functions inside the pragma region may use these instructions;
 // dispatch.cc calls them only when cpuid says the CPU has them.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
 

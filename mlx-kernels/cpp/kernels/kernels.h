@@ -249,6 +249,18 @@ inline void parallel_for(int n_tasks, F&& f) {
                    const_cast<void*>(static_cast<const void*>(&f)));
 }
 
+/// Whether this CPU has AMX tiles with 8-bit products (and AVX-512 VBMI,
+/// which repacks the weights for them) and the kernel granted this process
+/// the tile state (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked once).
+/// A hypervisor may hide the tiles, then this is false.
+bool amx_supported();
+/// Lets the avx512vnni kernels take rows16 products of several rows of x on
+/// AMX tiles (the default where supported); their bits are the vpdpwssd
+/// products' (rows16_amx_impl.h). Off: vpdpwssd always.
+void set_amx(bool on);
+/// Whether rows16 products may use AMX: supported and not turned off.
+bool amx_active();
+
 /// A per-thread, 64-byte aligned scratch buffer of at least `n` floats; `slot`
 /// tells independent buffers of one thread apart. Valid until the same thread
 /// asks for the same slot again.
@@ -261,6 +273,8 @@ enum ScratchSlot : int {
   kScratchScales = 3,
   kScratchShared = 4,
   kScratchStep = 5,  // rotated keys and queries of a cached attention step (nodes/attention.cc)
+  kScratchAmx = 6,   // x's int16 steps split into int8 halves for AMX tiles (rows16_amx_impl.h)
+  kScratchAmxCodes = 7,  // a row block's codes repacked as AMX tiles (rows16_amx_impl.h)
 };
 
 }  // namespace mlxcel::kern

@@ -168,6 +168,7 @@ void rows16_dispatch(const QmmArgs& a, int t0, int t1, int m0, int m1) {
 
 #if defined(MLXCEL_DOT_I16)
 #include "mlxcel-mlx/cpp/kernels/rows16_i16_impl.h"
+#include "mlxcel-mlx/cpp/kernels/rows16_amx_impl.h"
 #endif  // MLXCEL_DOT_I16
 
 // `count` (at most 8) products of the same x in `rows16` layout, any M: one
@@ -192,6 +193,13 @@ void rows16_multi(const QmmArgs* args, int count) {
                         q2 + static_cast<int64_t>(m) * K, dx2 + m * G);
     xq = Rows16X{q, dx, xs, q2, dx2};
   }
+  // And split into int8 halves once for the AMX tiles (rows16_amx_impl.h).
+  Rows16AmxX xt{};
+  const bool amx = i16 && M >= kAmxMinRows && rows16_amx_applies(args[0]) && amx_active();
+  if (amx) {
+    const size_t mp = static_cast<size_t>(ceil_div(M, kAmxRows)) * kAmxRows;
+    xt = rows16_amx_split(xq, M, args[0].K, reinterpret_cast<uint8_t*>(scratch(kScratchAmx, mp * args[0].K)));
+  }
 #endif
   int64_t blocks = 0;
   for (int i = 0; i < count; ++i) blocks += args[i].N / kRows16;
@@ -214,6 +222,14 @@ void rows16_multi(const QmmArgs* args, int count) {
     const int b0 = (t - first[i]) * chunk, b1 = imin(a.N / kRows16, b0 + chunk);
     const int m0 = mc * kRows16Chunk, m1 = imin(M, m0 + kRows16Chunk);
 #if defined(MLXCEL_DOT_I16)
+    if (amx && m1 - m0 >= kAmxMinRows) {
+      if (a.bits == 4) {
+        rows16_dispatch_amx<4>(a, b0, b1, m0, m1, xq, xt);
+      } else {
+        rows16_dispatch_amx<8>(a, b0, b1, m0, m1, xq, xt);
+      }
+      return;
+    }
     if (i16) {
       if (a.bits == 4) {
         rows16_dispatch_i16<4>(a, b0, b1, m0, m1, xq);

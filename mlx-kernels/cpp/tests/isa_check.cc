@@ -399,7 +399,10 @@ void check_gather(const Table& t) {
 // ISA, thread count and row count must give the bits of that sequential sum.
 // The avx512vnni build rounds x to int16 steps per group (rows16_i16_impl.h):
 // there the products are checked against the f64 sum within those steps, and
-// every row of every M must have the bits that row gets alone.
+// every row of every M must have the bits that row gets alone. Where the
+// CPU has AMX, main() runs this with it off and on: 4 rows and more then take
+// the tiles (rows16_amx_impl.h), a row alone the int16 kernel, and the two
+// must agree bit for bit.
 std::vector<uint8_t> rows16_bytes(const uint8_t* src, int rows, int64_t cols, int elem) {
   std::vector<uint8_t> out(static_cast<size_t>(rows) * cols * elem);
   for (int r = 0; r < rows; ++r)
@@ -411,9 +414,9 @@ std::vector<uint8_t> rows16_bytes(const uint8_t* src, int rows, int64_t cols, in
 
 void check_rows16(const Table& t, bool int16_build) {
   for (int bits : {4, 8}) {
-    for (int gs : {32, 64}) {
+    for (int gs : {32, 64, 128}) {
       for (int type : {kScaleF32, kScaleF16, kScaleBF16}) {
-        const int N = 48, K = 192, G = K / gs;
+        const int N = 48, K = 384, G = K / gs;
         QMatrix q = qmatrix(N, K, gs, bits, type);
         const int es = type == kScaleF32 ? 4 : 2;
         auto codes = rows16_bytes(reinterpret_cast<const uint8_t*>(q.w.data()), N, static_cast<int64_t>(K) * bits / 8, 1);
@@ -603,11 +606,15 @@ int main(int argc, char** argv) {
     check_rms_norm(t);
     check_rope(t);
     check_gather(t);
+    set_amx(false);
     check_rows16(t, isa == Isa::Avx512Vnni);
+    set_amx(true);
+    if (isa == Isa::Avx512Vnni && amx_supported()) check_rows16(t, true);
     check_gate(t);
     check_attention(t);
     check_read_sum(t);
   }
-  std::printf("isa_check %s: %d checks, %d failed\n", t.name, g_checks, g_failures);
+  std::printf("isa_check %s%s: %d checks, %d failed\n", t.name,
+              isa == Isa::Avx512Vnni && amx_supported() ? " (rows16 also on AMX tiles)" : "", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -11,10 +11,11 @@
 //   g++ -std=c++20 -O2 -ffp-contract=off -pthread -Itarget/rows16-bench/include
 //     -o target/rows16-bench/rows16_bench mlx-kernels/cpp/tests/rows16_bench.cc
 //     $K/pool.cc $K/dispatch.cc $K/mlx_math.cc $K/isa_*.cc      (one command)
-//   target/rows16-bench/rows16_bench [THREADS] [LAYERS] [f16|f32] [ISA]
+//   target/rows16-bench/rows16_bench [THREADS] [LAYERS] [f16|f32] [ISA] [amx|noamx]
 //
 // ISA (scalar, avx2, avx512, avx512vnni, neon; default the best) picks the
 // build: avx512 against avx512vnni compares the float and the int16 kernels.
+// noamx keeps the avx512vnni build off the AMX tiles (rows16_amx_impl.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -118,14 +119,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  set_amx(!(argc > 5 && std::strcmp(argv[5], "noamx") == 0));
   set_pool_threads(threads);
   std::mt19937 rng(1);
   const int shapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
   std::vector<Matrix> mats;
   for (int l = 0; l < layers; ++l)
     for (const auto& s : shapes) mats.push_back(matrix(s[0], s[1], rng));
-  std::printf("%s, %d thread(s), %d layers of SmolLM2-135M's products, 4-bit g32 %s scales\n", table().name, threads,
-              layers, g_f32 ? "f32" : "f16");
+  std::printf("%s%s, %d thread(s), %d layers of SmolLM2-135M's products, 4-bit g32 %s scales\n", table().name,
+              amx_active() && table().isa == Isa::Avx512Vnni ? " (AMX tiles for 16 rows and more)" : "", threads, layers,
+              g_f32 ? "f32" : "f16");
   std::printf("%5s %14s %14s %8s\n", "M", "row-major ms", "rows16 ms", "ratio");
   for (int M : {1, 2, 4, 8, 16, 64, 512}) {
     std::vector<float> x(static_cast<size_t>(M) * 1536, 0.5f), out(static_cast<size_t>(M) * 1536);

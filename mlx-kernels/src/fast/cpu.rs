@@ -135,6 +135,27 @@ pub fn set_isa(isa: Isa) -> Result<()> {
     }
 }
 
+/// Whether this CPU has AMX tiles with 8-bit products (and AVX-512 VBMI) and
+/// the kernel granted this process their state (Linux asks once; a
+/// hypervisor may hide them). The avx512vnni kernels then take the `rows16`
+/// products of 16 rows of x and more (a batched decode step, a prefill) on
+/// tiles, with the same bits as without (docs/kernels.md "AMX tiles").
+pub fn amx_supported() -> bool {
+    bridge::kernels_amx_supported()
+}
+
+/// Lets the avx512vnni kernels use AMX tiles where supported (the default),
+/// or not; process-wide. The outputs are the same bits either way (tests
+/// compare the two); only speed changes.
+pub fn set_amx(on: bool) {
+    bridge::kernels_set_amx(on);
+}
+
+/// Whether the kernels use AMX tiles now: supported and not turned off.
+pub fn amx_active() -> bool {
+    bridge::kernels_amx_active()
+}
+
 /// The best read bandwidth (GB/s) of `reps` passes summing a buffer of
 /// `bytes` on the kernels' threads: the ceiling of a bandwidth-bound decode.
 pub fn read_bandwidth_gbs(bytes: usize, reps: u32) -> f64 {

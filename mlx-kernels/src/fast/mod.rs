@@ -58,8 +58,8 @@ mod cpu;
 mod evaluation;
 
 pub use cpu::{
-    Isa, bench_quantized_linear, default_threads, isa, read_bandwidth_gbs, retain_freed_memory, set_default_threads,
-    set_isa, set_spin, set_threads, threads,
+    Isa, amx_active, amx_supported, bench_quantized_linear, default_threads, isa, read_bandwidth_gbs,
+    retain_freed_memory, set_amx, set_default_threads, set_isa, set_spin, set_threads, threads,
 };
 pub use evaluation::{eval, eval_inline, inline_eval, pending_ops, set_inline_eval};
 

@@ -183,20 +183,27 @@ pub fn config_lock() -> std::sync::MutexGuard<'static, ()> {
     KERNEL_CONFIG.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `body` for every ISA this CPU supports, with 1 and 2 threads, then
-/// restores the defaults; returns the number of configurations run.
+/// Runs `body` for every ISA this CPU supports, with 1 and 2 threads (and,
+/// where the CPU has AMX tiles, the avx512vnni build with and without them),
+/// then restores the defaults; returns the number of configurations run.
 pub fn each_config(mut body: impl FnMut(&str)) -> usize {
     let _guard = config_lock();
     let mut n = 0;
     for isa in fast::Isa::ALL.into_iter().filter(|i| i.is_supported()) {
         fast::set_isa(isa).unwrap();
-        for threads in [1, 2] {
-            fast::set_threads(threads);
-            assert_eq!(fast::threads(), threads);
-            body(&format!("{isa} x{threads}"));
-            n += 1;
+        let amx: &[bool] =
+            if isa == fast::Isa::Avx512Vnni && fast::amx_supported() { &[false, true] } else { &[false] };
+        for &tiles in amx {
+            fast::set_amx(tiles);
+            for threads in [1, 2] {
+                fast::set_threads(threads);
+                assert_eq!(fast::threads(), threads);
+                body(&format!("{isa}{} x{threads}", if tiles { "+amx" } else { "" }));
+                n += 1;
+            }
         }
     }
+    fast::set_amx(true);
     fast::set_threads(0);
     fast::set_isa(fast::Isa::best()).unwrap();
     n
