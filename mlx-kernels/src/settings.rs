@@ -9,9 +9,9 @@
 //! [`Settings::apply`], which goes through the setters ([`crate::fast::set_isa`],
 //! [`crate::fast::set_default_threads`], [`crate::fast::set_spin`],
 //! [`crate::fast::set_default_path`], [`crate::fast::set_inline_eval`],
-//! [`crate::fast::set_amx`], [`crate::device::set_default_device`]) and keeps freed memory for reuse
-//! ([`crate::fast::retain_freed_memory`]). Test binaries do the same in
-//! their init helper.
+//! [`crate::fast::set_amx`], [`crate::device::set_default_device`]) and
+//! keeps freed memory for reuse ([`crate::fast::retain_freed_memory`]).
+//! Test binaries do the same in their init helper.
 //!
 //! ```
 //! use mlxcel_mlx::settings::Settings;

@@ -34,65 +34,51 @@ inline V load_w_n(const void* w, int64_t i, int n) {
 }
 
 // ---------------------------------------------------------------------------
-// Matvec (decode): rows n .. n+R of W against MM rows of x, read in place.
-// Each (row of W, row of x) pair has its own two accumulators (even and odd
-// vectors of K, then the tail), so a row of x gets the same operations, in
-// the same order, whatever R and MM: its bits do not depend on the other rows
-// of its run (batch invariance).
+// Matvec (decode): row n of W against MM rows of x, read in place. Each row
+// of x has its own two accumulators (even and odd vectors of K, then the
+// tail), so it gets the same operations, in the same order, whatever MM: its
+// bits do not depend on the other rows of its run (batch invariance).
 
-template <int WT, int R, int MM>
-inline void fmv_rows(const QmmArgs& a, int n, const float* x, float* out) {
+template <int WT, int MM>
+inline void fmv_row(const QmmArgs& a, int n, const float* x, float* out) {
   const int K = a.K;
   const int64_t ldx = a.ldx;
-  V acc[R][MM][2];
+  V acc[MM][2];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int m = 0; m < MM; ++m) acc[r][m][0] = acc[r][m][1] = S::zero();
+  for (int m = 0; m < MM; ++m) acc[m][0] = acc[m][1] = S::zero();
   const int64_t row0 = static_cast<int64_t>(n) * K;
-  // Software prefetch of the R rows 4 * kQmvAhead rows ahead (the rows are
+  // Software prefetch of the row 4 * kQmvAhead rows ahead (the rows are
   // contiguous), spread over the steps of k as the quantized matvec does:
   // without it a bf16 decode step read ~9 GB/s on one core, half of DRAM's
   // (SmolLM2 bf16 tg on 1 thread: 33 tok/s before, 50-60 after).
   constexpr int64_t kEs = WT == kScaleF32 ? 4 : 2;
   const int64_t ahead = static_cast<int64_t>(kQmvAhead) * 4;
-  const SpreadPrefetch pf(
-      n + ahead + R <= a.N ? static_cast<const char*>(a.w) + (row0 + ahead * K) * kEs : nullptr,
-      R * static_cast<int64_t>(K) * kEs, imax(1, K / (2 * W)));
+  const SpreadPrefetch pf(n + ahead + 1 <= a.N ? static_cast<const char*>(a.w) + (row0 + ahead * K) * kEs : nullptr,
+                          static_cast<int64_t>(K) * kEs, imax(1, K / (2 * W)));
   int k = 0;
   for (int step = 0; k + 2 * W <= K; k += 2 * W, ++step) {
     pf.step(step);
+    const V w0 = load_w<WT>(a.w, row0 + k);
+    const V w1 = load_w<WT>(a.w, row0 + k + W);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const V w0 = load_w<WT>(a.w, row0 + static_cast<int64_t>(r) * K + k);
-      const V w1 = load_w<WT>(a.w, row0 + static_cast<int64_t>(r) * K + k + W);
-#pragma GCC unroll 8
-      for (int m = 0; m < MM; ++m) {
-        acc[r][m][0] = S::fma(w0, S::load(x + m * ldx + k), acc[r][m][0]);
-        acc[r][m][1] = S::fma(w1, S::load(x + m * ldx + k + W), acc[r][m][1]);
-      }
+    for (int m = 0; m < MM; ++m) {
+      acc[m][0] = S::fma(w0, S::load(x + m * ldx + k), acc[m][0]);
+      acc[m][1] = S::fma(w1, S::load(x + m * ldx + k + W), acc[m][1]);
     }
   }
   if (k + W <= K) {
+    const V w0 = load_w<WT>(a.w, row0 + k);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const V w0 = load_w<WT>(a.w, row0 + static_cast<int64_t>(r) * K + k);
-#pragma GCC unroll 8
-      for (int m = 0; m < MM; ++m) acc[r][m][0] = S::fma(w0, S::load(x + m * ldx + k), acc[r][m][0]);
-    }
+    for (int m = 0; m < MM; ++m) acc[m][0] = S::fma(w0, S::load(x + m * ldx + k), acc[m][0]);
     k += W;
   }
   if (k < K) {
     const int nk = K - k;
+    const V w0 = load_w_n<WT>(a.w, row0 + k, nk);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const V w0 = load_w_n<WT>(a.w, row0 + static_cast<int64_t>(r) * K + k, nk);
-#pragma GCC unroll 8
-      for (int m = 0; m < MM; ++m) acc[r][m][1] = S::fma(w0, S::load_n(x + m * ldx + k, nk), acc[r][m][1]);
-    }
+    for (int m = 0; m < MM; ++m) acc[m][1] = S::fma(w0, S::load_n(x + m * ldx + k, nk), acc[m][1]);
   }
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < MM; ++m) out[static_cast<int64_t>(m) * a.ldo + n + r] = S::hsum(S::add(acc[r][m][0], acc[r][m][1]));
+  for (int m = 0; m < MM; ++m) out[static_cast<int64_t>(m) * a.ldo + n] = S::hsum(S::add(acc[m][0], acc[m][1]));
 }
 
 // One row of W per pass, in order: the rows are contiguous, so the pass reads
@@ -101,7 +87,7 @@ inline void fmv_rows(const QmmArgs& a, int n, const float* x, float* out) {
 // 14-19% slower at decoding SmolLM2 bf16 on 2 threads (docs/kernels.md).
 template <int WT, int MM>
 void fmv_range(const QmmArgs& a, int n0, int n1, const float* x, float* out) {
-  for (int n = n0; n < n1; ++n) fmv_rows<WT, 1, MM>(a, n, x, out);
+  for (int n = n0; n < n1; ++n) fmv_row<WT, MM>(a, n, x, out);
 }
 
 template <int WT>

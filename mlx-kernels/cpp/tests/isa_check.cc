@@ -400,7 +400,7 @@ void check_gather(const Table& t) {
 // The avx512vnni build rounds x to int16 steps per group (rows16_i16_impl.h):
 // there the products are checked against the f64 sum within those steps, and
 // every row of every M must have the bits that row gets alone. Where the
-// CPU has AMX, main() runs this with it off and on: 4 rows and more then take
+// CPU has AMX, main() runs this with it off and on: 16 rows and more then take
 // the tiles (rows16_amx_impl.h), a row alone the int16 kernel, and the two
 // must agree bit for bit.
 std::vector<uint8_t> rows16_bytes(const uint8_t* src, int rows, int64_t cols, int elem) {

@@ -36,8 +36,8 @@ pub fn set_spin(spin_us: u32, spin_yield: bool) {
 /// to the kernel: blocks up to 32 MiB come from the heap, and up to 256 MiB
 /// of free heap stays mapped. MLX's CPU buffers come from `malloc`, and
 /// without this every decode step faulted its freshly mapped activation
-/// buffers in again (16-sequence SmolLM2 decode: 8% faster, page faults down
-/// 10x; docs/kernels.md "Memory"). Process-wide; glibc only: returns whether
+/// buffers in again (16-sequence SmolLM2 decode: 3-6% faster, page faults
+/// down 10x; docs/kernels.md "Memory"). Process-wide; glibc only: returns whether
 /// it applied (false elsewhere, where nothing changes).
 pub fn retain_freed_memory() -> bool {
     bridge::retain_freed_memory()
