@@ -32,6 +32,9 @@
 # AIPerf counts tokens with the model's own tokenizer (the tokenizer.json the
 # bundle carries, exported with the weights).
 #
+# Every run draws its own prompts (seed = its stream count, each prompt sent
+# once), so no server answers from a prompt cache filled by an earlier run.
+#
 # For each model (the SmolLM2-135M Q4_1 GGUF of `make setup`; a Q4_0 made from
 # it by llama-quantize, since llama.cpp repacks only Q4_0 for x86 and Q4_1
 # would flatter us) and each server:
@@ -152,6 +155,14 @@ start_server() {
   die "$name: /health did not answer 200 within 300 s (log: $log)"
 }
 
+# cached_tokens : prompt tokens mlxcel-server has taken from its prefix cache so
+# far (its /metrics), empty for other servers. Every run draws prompts no
+# earlier run used (its own seed, no entry twice), so this stays 0 unless
+# AIPerf repeats itself (the table's last column shows it).
+cached_tokens() {
+  curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null | awk '/^mlxcel_prefix_cache_tokens_total /{print $2}'
+}
+
 # cpu_ticks PID : user + system clock ticks the process has used so far.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
@@ -174,6 +185,7 @@ run_load() {
     dir=$work/runs/$server-$quant-c$n
     rm -rf "$dir"
     say "$server $quant: $n stream(s), $((n * reqs)) requests of $isl in / $osl out"
+    c0=$(cached_tokens)
     s0=$(cpu_ticks "$server_pid")
     t0=$(date +%s.%N)
     # AIPerf's own CPU time is what /usr/bin/time reports for it and its
@@ -184,13 +196,15 @@ run_load() {
       --synthetic-input-tokens-mean "$isl" --synthetic-input-tokens-stddev 0 \
       --output-tokens-mean "$osl" --output-tokens-stddev 0 "${extra[@]}" \
       --concurrency "$n" --request-count "$((n * reqs))" --warmup-request-count "$n" \
-      --random-seed 1 --artifact-dir "$dir" --ui-type none >"$dir.log" 2>&1 ||
+      --num-dataset-entries "$((n * (reqs + 1)))" --dataset-sampling-strategy shuffle \
+      --random-seed "$n" --artifact-dir "$dir" --ui-type none >"$dir.log" 2>&1 ||
       { tail -30 "$dir.log" >&2; die "aiperf failed against $server (log: $dir.log)"; }
     t1=$(date +%s.%N)
     s1=$(cpu_ticks "$server_pid")
-    "$py" - "$dir" "$server" "$quant" "$n" "$dir.time" "$s0" "$s1" "$t0" "$t1" "$(getconf CLK_TCK)" >>"$work/results.jsonl" <<'EOF'
+    c1=$(cached_tokens)
+    "$py" - "$dir" "$server" "$quant" "$n" "$dir.time" "$s0" "$s1" "$t0" "$t1" "$(getconf CLK_TCK)" "$c0" "$c1" >>"$work/results.jsonl" <<'EOF'
 import glob, json, sys
-d, server, quant, n, timef, s0, s1, t0, t1, hz = sys.argv[1:]
+d, server, quant, n, timef, s0, s1, t0, t1, hz, c0, c1 = sys.argv[1:]
 found = glob.glob(f"{d}/**/profile_export_aiperf.json", recursive=True)
 if not found:
     sys.exit(f"no profile_export_aiperf.json under {d}")
@@ -211,6 +225,7 @@ print(json.dumps({
     "osl_avg": metric("output_sequence_length", "avg"),
     "loadgen_cores": (user + system) / wall,
     "server_cores": (int(s1) - int(s0)) / int(hz) / span,
+    "cached_tokens": int(c1) - int(c0) if c0 and c1 else None,
 }))
 EOF
   done
@@ -243,7 +258,7 @@ for quant in $quants; do
     case "$server" in
       mlxcel-server)
         start_server "$server" "$log" "$bin/mlxcel-server" --bundle "$bundle" --host 127.0.0.1 --port "$port" \
-          -np "$parallel" -c "$ctx_per_slot" -t "$threads"
+          -np "$parallel" -c "$ctx_per_slot" -t "$threads" --metrics
         ;;
       mlxcel-server@*)
         layout=${server#mlxcel-server@}
@@ -251,7 +266,7 @@ for quant in $quants; do
         "$bin/mlxcel-compile" "$gguf" -o "$laid_out" --quiet --weight-layout "$layout" ||
           die "mlxcel-compile --weight-layout $layout failed"
         start_server "$server" "$log" "$bin/mlxcel-server" --bundle "$laid_out" --host 127.0.0.1 --port "$port" \
-          -np "$parallel" -c "$ctx_per_slot" -t "$threads"
+          -np "$parallel" -c "$ctx_per_slot" -t "$threads" --metrics
         ;;
       llama-server)
         start_server "$server" "$log" "$llama_bin/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port" \
@@ -286,8 +301,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 streams = [int(s) for s in sys.argv[2].split()]
 get = lambda srv, q, n: next((r for r in rows if r["server"] == srv and r["quant"] == q and r["streams"] == n), None)
 ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "–"
-print("| model | server | streams | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | out tok/req | tok/s vs llama-server | TTFT p50 vs llama-server | load gen. cores | server cores |")
-print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+print("| model | server | streams | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | out tok/req | tok/s vs llama-server | TTFT p50 vs llama-server | load gen. cores | server cores | prompt tok. from cache |")
+print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 quants = list(dict.fromkeys(r["quant"] for r in rows))
 for q in quants:
     for srv in dict.fromkeys(r["server"] for r in rows):
@@ -296,7 +311,8 @@ for q in quants:
             if not r:
                 continue
             print(f"| SmolLM2 {q} | {srv} | {n} | {r['tok_s']:.1f} | {r['ttft_p50']:.1f} / {r['ttft_p99']:.1f} | {r['itl_p50']:.2f} / {r['itl_p99']:.2f} "
-                  f"| {r['osl_avg']:.1f} | {ratio(r['tok_s'], l and l['tok_s'])} | {ratio(r['ttft_p50'], l and l['ttft_p50'])} | {r['loadgen_cores']:.2f} | {r['server_cores']:.2f} |")
+                  f"| {r['osl_avg']:.1f} | {ratio(r['tok_s'], l and l['tok_s'])} | {ratio(r['ttft_p50'], l and l['ttft_p50'])} | {r['loadgen_cores']:.2f} | {r['server_cores']:.2f} "
+                  f"| {'–' if r.get('cached_tokens') is None else r['cached_tokens']} |")
 print()
 lo, hi = min(streams), max(streams)
 ours = [s for s in dict.fromkeys(r["server"] for r in rows) if s.startswith("mlxcel-server")] or ["mlxcel-server"]

@@ -237,9 +237,11 @@ impl Array {
         if self.dtype() != T::DTYPE {
             return Err(Error::invalid("to_vec", format!("array has dtype {}, asked for {}", self.dtype(), T::DTYPE)));
         }
-        let bytes = self.to_bytes()?;
-        // `Vec<u8>` is not aligned for `T`: copy element-wise.
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
+        // Straight into the `Vec<T>` (one copy: a decode step's logits are
+        // megabytes).
+        let mut out = vec![T::zeroed(); self.size()];
+        bridge::copy_data(&self.inner, bytemuck::cast_slice_mut(&mut out)).map_err(|e| Error::mlx("to_vec", e))?;
+        Ok(out)
     }
 
     /// Evaluates a boolean array into Rust bools.

@@ -158,6 +158,9 @@ fn forward(
             rows.len()
         )));
     }
+    if rows.len() == 1 {
+        return Ok(Some(vec![values]));
+    }
     Ok(Some(values.chunks_exact(vocab).map(<[f32]>::to_vec).collect()))
 }
 

@@ -148,6 +148,10 @@ pub struct Sampled {
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
+    /// Each token's weight in the last unfiltered draw (kept to reuse the memory).
+    weights: Vec<f32>,
+    /// The sums of `weights` by blocks of [`BLOCK`] tokens.
+    block_sums: Vec<f64>,
 }
 
 impl Sampler {
@@ -155,7 +159,7 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Sampler> {
         params.validate()?;
         let seed = params.seed.unwrap_or_else(|| rand::rng().random());
-        Ok(Sampler { params, rng: StdRng::seed_from_u64(seed) })
+        Ok(Sampler { params, rng: StdRng::seed_from_u64(seed), weights: Vec::new(), block_sums: Vec::new() })
     }
 
     /// The parameters.
@@ -173,8 +177,19 @@ impl Sampler {
             apply_penalties(&self.params, logits, history);
         }
         let max = make_finite(logits)?;
-        let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
-        if self.params.temperature == 0.0 {
+        let inv_t = 1.0 / self.params.temperature;
+        let p = &self.params;
+        // A temperature so small its inverse overflows picks as greedily as 0.
+        let greedy = p.temperature == 0.0 || !inv_t.is_finite();
+        if !greedy && (p.top_k == 0 || p.top_k >= logits.len()) && p.top_p >= 1.0 && p.min_p == 0.0 {
+            let (token, total) = self.draw_unfiltered(logits, max, inv_t);
+            // At temperature 1 the draw's weights were the normaliser's terms.
+            let sum = if inv_t == 1.0 { total } else { exp_sum(logits, max) };
+            let log_z = max + sum.ln() as f32;
+            return Ok(Sampled { token, logprob: logits[token as usize] - log_z, log_z });
+        }
+        let log_z = max + exp_sum(logits, max).ln() as f32;
+        if greedy {
             let token = argmax(logits);
             return Ok(Sampled { token, logprob: logits[token as usize] - log_z, log_z });
         }
@@ -212,7 +227,6 @@ impl Sampler {
             cands.retain(|c| c.0 >= threshold);
         }
         // Categorical draw from softmax(logprob / temperature) over the candidates.
-        let inv_t = 1.0 / self.params.temperature;
         let top = cands.iter().map(|c| c.0).fold(f32::NEG_INFINITY, f32::max);
         let weights: Vec<f64> = cands.iter().map(|c| f64::from((c.0 - top) * inv_t).exp()).collect();
         let total: f64 = weights.iter().sum();
@@ -227,6 +241,118 @@ impl Sampler {
         let last = cands.last().copied().unwrap_or((logits[0] - log_z, 0));
         Ok(Sampled { token: last.1, logprob: last.0, log_z })
     }
+}
+
+impl Sampler {
+    /// A categorical draw from softmax(logits / T) over the whole vocabulary
+    /// (`inv_t` = 1/T, `max` the largest logit). The weights are computed once
+    /// into `self.weights` with their sums by block, so the draw finds its
+    /// block first and scans only that one. Returns the token and the sum
+    /// of the weights.
+    fn draw_unfiltered(&mut self, logits: &[f32], max: f32, inv_t: f32) -> (u32, f64) {
+        self.weights.clear();
+        self.weights.resize(logits.len(), 0.0);
+        self.block_sums.clear();
+        for (l, w) in logits.chunks(BLOCK).zip(self.weights.chunks_mut(BLOCK)) {
+            self.block_sums.push(exp_block(l, max, inv_t, w));
+        }
+        let total: f64 = self.block_sums.iter().sum();
+        let mut u = self.rng.random::<f64>() * total;
+        let mut chosen = None;
+        for (b, &sum) in self.block_sums.iter().enumerate() {
+            if u < sum {
+                chosen = Some(b);
+                break;
+            }
+            u -= sum;
+        }
+        // Rounding can leave `u` past the last block, or past the last
+        // weight of its block: then the last token that has any weight there.
+        let b = chosen.unwrap_or(self.block_sums.len() - 1);
+        let start = b * BLOCK;
+        let block = &self.weights[start..(start + BLOCK).min(logits.len())];
+        let mut last = None;
+        for (i, &w) in block.iter().enumerate() {
+            if w > 0.0 {
+                let w = f64::from(w);
+                if u < w {
+                    return ((start + i) as u32, total);
+                }
+                u -= w;
+                last = Some(i);
+            }
+        }
+        let token = match last {
+            Some(i) => (start + i) as u32,
+            // A block whose weights all underflowed: the most likely token.
+            None => argmax(logits),
+        };
+        (token, total)
+    }
+}
+
+/// Tokens per block of the sums below: each of the eight f32 lanes adds 32
+/// terms of at most 1 (relative rounding error under 2e-6) before the
+/// block's total goes into an f64.
+const BLOCK: usize = 256;
+
+/// `Σ e^(l - max)` over `logits` (all `<= max`), accurate to ~2e-6 relative.
+fn exp_sum(logits: &[f32], max: f32) -> f64 {
+    let mut terms = [0.0f32; BLOCK];
+    logits.chunks(BLOCK).map(|l| exp_block(l, max, 1.0, &mut terms)).sum()
+}
+
+/// `Σ e^((l - max) · inv_t)` over one block, each term written to `out`
+/// (at least as long as `logits`). Two simple loops, which the compiler
+/// vectorises (one loop doing both does not).
+fn exp_block(logits: &[f32], max: f32, inv_t: f32, out: &mut [f32]) -> f64 {
+    let out = &mut out[..logits.len()];
+    for (o, &l) in out.iter_mut().zip(logits) {
+        *o = exp_nonpositive((l - max) * inv_t);
+    }
+    lane_sum(out)
+}
+
+/// The sum of `v` in eight f32 lanes (added apart, then in f64).
+fn lane_sum(v: &[f32]) -> f64 {
+    let mut lanes = [0.0f32; 8];
+    let chunks = v.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            lanes[i] += c[i];
+        }
+    }
+    lanes.iter().chain(tail).map(|&x| f64::from(x)).sum()
+}
+
+/// `e^x` for `x <= 0` within 2 ulp (Cephes' `expf`: `x = n ln 2 + r`,
+/// a degree-6 polynomial in `r`, then `2^n` through the exponent bits);
+/// 0 below -87 (where f32's normal range ends), for -inf and for NaN.
+/// Branch-free, so the loops above vectorise where a libm call per
+/// element would not (the sampler evaluates it over the vocabulary,
+/// 49,152 times a token for SmolLM2).
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to the nearest integer, which then sits in the
+    // low bits of the sum (read there, not with a saturating `as` cast,
+    // which would keep the loop from vectorising).
+    const ROUND: f32 = 12_582_912.0;
+    let xc = if x > -87.0 { x } else { -87.0 };
+    let rounded = xc * std::f32::consts::LOG2_E + ROUND;
+    let n = rounded - ROUND;
+    let n_int = (rounded.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    // ln 2 in two parts, so that n * LN2_HI is exact.
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    let scale = f32::from_bits(((n_int + 127) as u32) << 23);
+    if x >= -87.0 { e * scale } else { 0.0 }
 }
 
 /// Makes `logits` safe to normalise and returns their maximum: a NaN (a
@@ -335,6 +461,63 @@ mod tests {
             let se = (p * (1.0 - p) / n as f32).sqrt();
             assert!((freq - p).abs() < 6.0 * se, "t={t}: {freq} vs {p}");
         }
+    }
+
+    #[test]
+    fn draws_across_blocks_follow_the_weights() {
+        // Weights 1, 2, 3 on tokens in three different blocks, every other
+        // token impossible; then 600 equally likely tokens (blocks of 256,
+        // 256 and 88).
+        let mut sparse = vec![f32::NEG_INFINITY; 1000];
+        sparse[10] = 0.0;
+        sparse[300] = 2f32.ln();
+        sparse[900] = 3f32.ln();
+        let mut s = sampler(SamplingParams { temperature: 1.0, ..Default::default() });
+        let n = 30_000;
+        let mut counts = [0usize; 3];
+        for _ in 0..n {
+            let t = s.sample(&mut sparse.clone(), &[]).unwrap().token;
+            counts[[10, 300, 900].iter().position(|&x| x == t).expect("an impossible token")] += 1;
+        }
+        let mut blocks = [0usize; 3];
+        for _ in 0..n {
+            blocks[s.sample(&mut vec![0.0; 600], &[]).unwrap().token as usize / 256] += 1;
+        }
+        for (got, p) in counts.iter().zip([1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0]).chain(blocks.iter().zip([
+            256.0 / 600.0,
+            256.0 / 600.0,
+            88.0 / 600.0,
+        ])) {
+            let freq = *got as f64 / n as f64;
+            let se = (p * (1.0 - p) / n as f64).sqrt();
+            assert!((freq - p).abs() < 6.0 * se, "{freq} vs {p}");
+        }
+    }
+
+    #[test]
+    fn exp_matches_libm() {
+        let mut worst = 0.0f64;
+        let mut x = 0.0f32;
+        while x > -87.0 {
+            let got = f64::from(exp_nonpositive(x));
+            let want = f64::from(x).exp();
+            worst = worst.max((got - want).abs() / want);
+            x -= 0.000_37;
+        }
+        assert!(worst < 3e-7, "largest relative error {worst}");
+        for x in [-87.5, -1000.0, f32::NEG_INFINITY, f32::NAN] {
+            assert_eq!(exp_nonpositive(x), 0.0, "{x}");
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+    }
+
+    #[test]
+    fn the_normaliser_is_the_log_sum_exp() {
+        let logits: Vec<f32> = (0..49_153).map(|i| ((i * 7919) % 1000) as f32 / 50.0 - 10.0).collect();
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let want: f64 = logits.iter().map(|&l| (f64::from(l) - f64::from(max)).exp()).sum();
+        let got = exp_sum(&logits, max);
+        assert!((got - want).abs() / want < 2e-6, "{got} vs {want}");
     }
 
     #[test]

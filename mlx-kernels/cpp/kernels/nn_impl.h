@@ -183,10 +183,30 @@ void attention_dot(const AttnArgs& a) {
       scale_into(qs + r * D, a.q + b * a.qs[0] + h * a.qs[1] + i * a.qs[2], a.scale, D);
     }
     const float* kbase = a.k + b * a.ks[0] + kvh * a.ks[1] + static_cast<int64_t>(j0) * a.ks[2];
+    int j = 0;
+    if (rows < 8 && D % W == 0) {
+      // Few query rows (a decode step of a model with few query heads per
+      // KV head): per row, W keys' dot products in W accumulators, then one
+      // reduction tree gives their W scores; each key block is read once
+      // per row from L1, and no transpose is spent on rows that are not there.
+      for (; j + W <= nk; j += W) {
+        for (int r = 0; r < rows; ++r) {
+          const float* qr = qs + r * D;
+          V acc[W];
+#pragma GCC unroll 16
+          for (int t = 0; t < W; ++t) acc[t] = S::zero();
+          for (int d0 = 0; d0 < D; d0 += W) {
+            const V qv = S::load(qr + d0);
+#pragma GCC unroll 16
+            for (int t = 0; t < W; ++t) acc[t] = S::fma(qv, S::load(kbase + (j + t) * a.ks[2] + d0), acc[t]);
+          }
+          S::store(sc + r * nk + j, S::row_sums(acc));
+        }
+      }
+    }
     // Scores, W keys at a time: a W x W block of keys (W keys by W features)
     // is transposed in registers, so each feature is one broadcast-FMA per
     // query row (no horizontal sums).
-    int j = 0;
     for (; j + W <= nk; j += W) {
       for (int r0 = 0; r0 < rows; r0 += 8) {
         const int nr = imin(8, rows - r0);

@@ -509,12 +509,18 @@ void check_attention(const Table& t) {
     int Lq, Lk;
     bool causal;
     MaskKind mask_kind;
+    int H = 4, KVH = 2, D = 32;
   };
   constexpr MaskKind kNone = MaskKind::None, kBool = MaskKind::Bool, kAdd = MaskKind::Additive;
-  const Case cases[] = {{1, 1, false, kNone},   {1, 37, false, kNone},  {2, 9, true, kNone},   {1, 21, false, kBool},
-                        {19, 19, true, kNone},  {19, 40, true, kNone},  {7, 23, false, kAdd},  {33, 33, false, kBool}};
-  const int B = 1, H = 4, KVH = 2, D = 32;
+  // The last cases: SmolLM2's decode shape (3 query heads per KV head, D 64)
+  // and Gemma 3 270M's (4 per KV head, D 256), with key blocks and a tail.
+  const Case cases[] = {{1, 1, false, kNone},         {1, 37, false, kNone},        {2, 9, true, kNone},
+                        {1, 21, false, kBool},        {19, 19, true, kNone},        {19, 40, true, kNone},
+                        {7, 23, false, kAdd},         {33, 33, false, kBool},       {1, 53, false, kNone, 6, 2, 64},
+                        {1, 70, false, kNone, 4, 1, 256}, {2, 35, true, kNone, 6, 2, 64}};
+  const int B = 1;
   for (const auto& c : cases) {
+    const int H = c.H, KVH = c.KVH, D = c.D;
     std::vector<float> q = normal(B * H * c.Lq * D), k = normal(B * KVH * c.Lk * D), v = normal(B * KVH * c.Lk * D);
     std::vector<uint8_t> bmask(c.Lq * c.Lk);
     std::vector<float> fmask(c.Lq * c.Lk);
@@ -568,7 +574,8 @@ void check_attention(const Table& t) {
     // Softmax weights within ~1e-6 relative (f32 scores of |s| ≲ 10, MLX's
     // exp), each output a convex combination of values |v| ≲ 4.
     check_close(t.name,
-                "attention Lq=" + std::to_string(c.Lq) + " Lk=" + std::to_string(c.Lk) + (c.causal ? " causal" : "") +
+                "attention H=" + std::to_string(H) + "/" + std::to_string(KVH) + " D=" + std::to_string(D) + " Lq=" +
+                    std::to_string(c.Lq) + " Lk=" + std::to_string(c.Lk) + (c.causal ? " causal" : "") +
                     " mask=" + std::to_string(static_cast<int>(c.mask_kind)),
                 out, ref, 1e-4, 2e-5);
   }
