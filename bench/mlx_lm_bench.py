@@ -1,6 +1,6 @@
-"""mlx-lm's speed on CPU, measured like `mlxcel bench` and `llama-bench`.
+"""mlx-lm's speed, measured like `mlxcel bench` and `llama-bench`.
 
-Usage: mlx_lm_bench.py MODEL_DIR [-p 512] [-n 128] [-r 3]
+Usage: mlx_lm_bench.py MODEL_DIR [-p 512] [-n 128] [-r 3] [--device cpu|gpu]
 
 Prints one JSON object: load_seconds (mlx_lm.load: weights and tokenizer),
 first_token_seconds (load + a one-token prompt + one generated token, from a
@@ -28,8 +28,9 @@ def main():
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     a = ap.parse_args()
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.gpu if a.device == "gpu" else mx.cpu)
 
     t0 = time.perf_counter()
     model, tokenizer = load(a.model)

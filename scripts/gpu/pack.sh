@@ -3,8 +3,13 @@
 #   .gpu/p1/, .gpu/p2/  the CUDA MLX tree (.deps/mlx-cuda-13: mlx/ with its
 #                       CCCL/CUTLASS headers, and mlx_cuda_13.libs/) as an xz
 #                       tarball split in two, each under the 64 MiB a call carries;
-#   .gpu/bin/           the binaries given as arguments, stripped.
-# The tarball is made once and reused while .deps/mlx-cuda-13 is unchanged.
+#   .gpu/bin/           the binaries given as arguments, stripped;
+#   .gpu/src/           what bench/gpu.sh builds and installs there: llama.cpp's
+#                       source (llama-cpp-python 0.3.36's vendored copy, the
+#                       folders a CUDA build of llama-bench needs, ~8 MB of xz)
+#                       and the wheels of MLX's Python bindings and mlx-lm for
+#                       the machine's Python 3.12.
+# The tarballs are made once and reused while their sources are unchanged.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cuda=$root/.deps/mlx-cuda-13
@@ -26,4 +31,17 @@ rm -f "$out"/bin/*
 for b in "$@"; do
   strip -o "$out/bin/$(basename "$b" | sed 's/-[0-9a-f]\{16\}$//')" "$b"
 done
-du -sh "$out"/p1 "$out"/p2 "$out"/bin >&2
+mkdir -p "$out/src"
+llama=$root/.deps/llama.cpp-0.3.36/src/vendor/llama.cpp
+if [ ! -f "$out/src/llama-src.tar.xz" ]; then
+  [ -f "$llama/CMakeLists.txt" ] || { echo "pack: $llama is missing: run bench/cpu.sh (bench/llama_cpp.sh unpacks it)" >&2; exit 1; }
+  echo "pack: llama.cpp's source for the CUDA build" >&2
+  tar -C "$llama" -cf - CMakeLists.txt cmake common ggml include src tools vendor licenses examples pocs app |
+    xz -6 -T0 >"$out/src/llama-src.tar.xz.part"
+  mv "$out/src/llama-src.tar.xz.part" "$out/src/llama-src.tar.xz"
+fi
+if ! ls "$out"/src/mlx-0.32.4-cp312-*.whl "$out"/src/mlx_lm-0.32.2-*.whl >/dev/null 2>&1; then
+  "$root/.deps/venv/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_35_x86_64 mlx==0.32.4 mlx-lm==0.32.2 -d "$out/src"
+fi
+du -sh "$out"/p1 "$out"/p2 "$out"/bin "$out"/src >&2
