@@ -81,19 +81,10 @@ for model in $models; do
     target/release/mlxcel-compile "$src" -o "$bundle" --quiet --weight-layout "$layout"
     echo "llama.cpp: llama-bench -p $pp -n $tg -t $threads -r $reps" >&2
     "$llama_bench" -m "$src" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json 2>/dev/null |
-      "$py" -c '
-import json, sys
-for r in json.load(sys.stdin):
-    test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
-    print(json.dumps({"model": sys.argv[1], "engine": "llama.cpp", "test": test, "tps": r["avg_ts"], "sd": r["stddev_ts"]}))
-' "$name" >>"$results"
+      "$py" bench/results.py llama-bench "$name" llama.cpp >>"$results"
     echo "mlxcel: mlxcel bench -p $pp -n $tg -t $threads -r $reps" >&2
     target/release/mlxcel bench "$bundle" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --json |
-      "$py" -c '
-import json, sys
-for r in json.load(sys.stdin):
-    print(json.dumps({"model": sys.argv[1], "engine": "mlxcel", "test": r["test"], "tps": r["tokens_per_second"], "sd": r["stddev"]}))
-' "$name" >>"$results"
+      "$py" bench/results.py mlxcel "$name" mlxcel >>"$results"
     if [ -z "${SKIP_MLX_LM:-}" ] && [ "$format" = package ]; then
       echo "mlx-lm: bench/mlx_lm_bench.py -p $pp -n $tg -r 1 (slow: one repetition)" >&2
       export_dir=$work/$name-mlx
@@ -101,13 +92,7 @@ for r in json.load(sys.stdin):
       target/release/examples/export_mlx_lm "$bundle" "$export_dir"
       # MLX's CPU backend sizes its own pool; mlx-lm gets the same cores.
       taskset -c "0-$((threads - 1))" "$py" bench/mlx_lm_bench.py "$export_dir" -p "$pp" -n "$tg" -r 1 |
-        "$py" -c '
-import json, statistics as st, sys
-r = json.load(sys.stdin)
-for test, rates in ((f"pp{sys.argv[2]}", r["pp"]), (f"tg{sys.argv[3]}", r["tg"])):
-    if rates:
-        print(json.dumps({"model": sys.argv[1], "engine": "mlx-lm", "test": test, "tps": st.mean(rates), "sd": st.stdev(rates) if len(rates) > 1 else 0.0}))
-' "$name" "$pp" "$tg" >>"$results"
+        "$py" bench/results.py mlx-lm "$name" mlx-lm "$pp" "$tg" >>"$results"
     fi
     # Roofline inputs: weight bytes one decode step reads (every tensor; a tied
     # embedding is read whole as the output projection, an untied one a row at a time).

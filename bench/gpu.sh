@@ -143,29 +143,15 @@ run() {
     for fa in 0 1; do
       say "$m: llama-bench -p $pp -n $tg -r $reps -ngl 99 -fa $fa"
       "$llama_bench" -m "$gguf" -p "$pp" -n "$tg" -r "$reps" -ngl 99 -fa "$fa" -o json 2>"$work/llama-bench.err" |
-        python3 -c '
-import json, sys
-for r in json.load(sys.stdin):
-    test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
-    print(json.dumps({"model": sys.argv[1], "engine": "llama.cpp fa" + sys.argv[2], "test": test, "tps": r["avg_ts"], "sd": r["stddev_ts"]}))
-' "$m" "$fa" >>"$results" || { tail -20 "$work/llama-bench.err" >&2; die "llama-bench failed on $m"; }
+        python3 bench/results.py llama-bench "$m" "llama.cpp fa$fa" >>"$results" || { tail -20 "$work/llama-bench.err" >&2; die "llama-bench failed on $m"; }
     done
     say "$m: mlx-lm (bench/mlx_lm_bench.py --device gpu)"
     PYTHONPATH=$pysite python3 bench/mlx_lm_bench.py "$(export_of "$m")" -p "$pp" -n "$tg" -r "$reps" --device gpu |
-      python3 -c '
-import json, statistics as st, sys
-r = json.load(sys.stdin)
-for test, rates in ((f"pp{sys.argv[2]}", r["pp"]), (f"tg{sys.argv[3]}", r["tg"])):
-    print(json.dumps({"model": sys.argv[1], "engine": "mlx-lm", "test": test, "tps": st.mean(rates), "sd": st.stdev(rates) if len(rates) > 1 else 0.0}))
-' "$m" "$pp" "$tg" >>"$results"
+      python3 bench/results.py mlx-lm "$m" mlx-lm "$pp" "$tg" >>"$results"
     for dtype in $dtypes; do
       say "$m: mlxcel bench -p $pp -n $tg -r $reps --dtype $dtype"
       "$bin/mlxcel" bench "$(bundle_of "$m")" -p "$pp" -n "$tg" -r "$reps" --dtype "$dtype" --json |
-        python3 -c '
-import json, sys
-for r in json.load(sys.stdin):
-    print(json.dumps({"model": sys.argv[1], "engine": "mlxcel " + sys.argv[2], "test": r["test"], "tps": r["tokens_per_second"], "sd": r["stddev"]}))
-' "$m" "$dtype" >>"$results"
+        python3 bench/results.py mlxcel "$m" "mlxcel $dtype" >>"$results"
     done
   done
   python3 - "$results" "$pp" "$tg" <<'EOF' | tee "$work/gpu-table.md"

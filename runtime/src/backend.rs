@@ -20,6 +20,67 @@ pub type SeqId = u64;
 /// Next-token logits over the vocabulary, on the host.
 pub type Logits = Vec<f32>;
 
+/// The next-token logits of every row of a batched step, in one buffer as
+/// the step left them (`rows × vocab`): a row is a view, never a copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogitRows {
+    values: Vec<f32>,
+    vocab: usize,
+}
+
+impl LogitRows {
+    /// Rows of `vocab` logits, back to back (`values.len()` a multiple of `vocab`).
+    pub fn new(values: Vec<f32>, vocab: usize) -> Result<LogitRows> {
+        if vocab == 0 || !values.len().is_multiple_of(vocab) {
+            return Err(Error::Config(format!("{} logits are not whole rows of {vocab}", values.len())));
+        }
+        Ok(LogitRows { values, vocab })
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.values.len() / self.vocab
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.values[i * self.vocab..(i + 1) * self.vocab]
+    }
+
+    /// Each row, in order.
+    pub fn iter(&self) -> std::slice::ChunksExact<'_, f32> {
+        self.values.chunks_exact(self.vocab)
+    }
+
+    /// Each row, mutably (sampling applies penalties in place), in order.
+    pub fn rows_mut(&mut self) -> std::slice::ChunksExactMut<'_, f32> {
+        self.values.chunks_exact_mut(self.vocab)
+    }
+
+    /// The first row as an owned vector (no copy: the buffer is cut).
+    pub fn into_first(mut self) -> Option<Logits> {
+        if self.values.is_empty() {
+            return None;
+        }
+        self.values.truncate(self.vocab);
+        Some(self.values)
+    }
+}
+
+impl<'a> IntoIterator for &'a LogitRows {
+    type Item = &'a [f32];
+    type IntoIter = std::slice::ChunksExact<'a, f32>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// A backend: token-level access to one model.
 pub trait Backend {
     /// Starts an empty sequence.
@@ -32,7 +93,7 @@ pub trait Backend {
     /// Feeds one token to each listed sequence (distinct sequences) as one
     /// forward pass and returns each one's logits, in the same order. A
     /// sequence's logits do not depend on which others share the step.
-    fn decode(&mut self, batch: &[(SeqId, u32)]) -> Result<Vec<Logits>>;
+    fn decode(&mut self, batch: &[(SeqId, u32)]) -> Result<LogitRows>;
     /// Tokens a sequence has consumed.
     fn position(&self, seq: SeqId) -> Result<usize>;
     /// Vocabulary size.
@@ -90,7 +151,7 @@ impl MlxBackend {
     /// `seqs[b]` (distinct sequences); returns each row's logits at its last
     /// position when asked. The step's cache writes are evaluated with it so
     /// the lazy graph never spans more than one step.
-    fn step(&mut self, seqs: &[SeqId], tokens: &Array, want_logits: bool) -> Result<Option<Vec<Logits>>> {
+    fn step(&mut self, seqs: &[SeqId], tokens: &Array, want_logits: bool) -> Result<Option<LogitRows>> {
         for (i, s) in seqs.iter().enumerate() {
             if seqs[..i].contains(s) {
                 return Err(Error::InvalidParameter {
@@ -127,7 +188,7 @@ fn forward(
     tokens: &Array,
     rows: &mut [&mut Vec<KvCache>],
     want_logits: bool,
-) -> Result<Option<Vec<Logits>>> {
+) -> Result<Option<LogitRows>> {
     let hidden = model.hidden_states(tokens, &mut BatchCaches::new(rows))?;
     let logits = if want_logits {
         // Only the last position's logits are needed: project that row alone.
@@ -158,10 +219,7 @@ fn forward(
             rows.len()
         )));
     }
-    if rows.len() == 1 {
-        return Ok(Some(vec![values]));
-    }
-    Ok(Some(values.chunks_exact(vocab).map(<[f32]>::to_vec).collect()))
+    LogitRows::new(values, vocab).map(Some)
 }
 
 impl Backend for MlxBackend {
@@ -185,12 +243,12 @@ impl Backend for MlxBackend {
             let input = Array::from_slice(part, &[1, part.len() as i32])?;
             out = self.step(&[seq], &input, want_logits && i + 1 == n_chunks)?;
         }
-        Ok(out.and_then(|mut rows| rows.pop()))
+        Ok(out.and_then(LogitRows::into_first))
     }
 
-    fn decode(&mut self, batch: &[(SeqId, u32)]) -> Result<Vec<Logits>> {
+    fn decode(&mut self, batch: &[(SeqId, u32)]) -> Result<LogitRows> {
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return LogitRows::new(Vec::new(), self.model.vocab_size());
         }
         for &(seq, _) in batch {
             self.check_room(seq, 1)?;

@@ -332,7 +332,7 @@ impl<'a> TokenGenerator<'a> {
         }
         let Some(input) = self.next_input.take() else { return Ok(None) };
         let mut logits: Logits =
-            self.backend.decode(&[(self.seq, input)])?.pop().ok_or_else(|| Error::Config("no logits".into()))?;
+            self.backend.decode(&[(self.seq, input)])?.into_first().ok_or_else(|| Error::Config("no logits".into()))?;
         let step = self.state.accept(&mut logits)?;
         self.finish = step.finish;
         self.next_input = Some(step.sampled.token);

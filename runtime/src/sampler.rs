@@ -228,18 +228,13 @@ impl Sampler {
         }
         // Categorical draw from softmax(logprob / temperature) over the candidates.
         let top = cands.iter().map(|c| c.0).fold(f32::NEG_INFINITY, f32::max);
-        let weights: Vec<f64> = cands.iter().map(|c| f64::from((c.0 - top) * inv_t).exp()).collect();
-        let total: f64 = weights.iter().sum();
-        let mut u = self.rng.random::<f64>() * total;
-        for (w, c) in weights.iter().zip(&cands) {
-            if u < *w {
-                return Ok(Sampled { token: c.1, logprob: c.0, log_z });
-            }
-            u -= w;
-        }
-        // Rounding left `u` at the very end: take the last candidate.
-        let last = cands.last().copied().unwrap_or((logits[0] - log_z, 0));
-        Ok(Sampled { token: last.1, logprob: last.0, log_z })
+        let weight = |c: &(f32, u32)| f64::from((c.0 - top) * inv_t).exp();
+        let total: f64 = cands.iter().map(weight).sum();
+        let u = self.rng.random::<f64>() * total;
+        // The top candidate's weight is 1, so some weight is positive.
+        let (i, _) = locate(cands.iter().map(weight), u).unwrap_or((0, 0.0));
+        let (logprob, token) = cands.get(i).copied().unwrap_or((logits[0] - log_z, 0));
+        Ok(Sampled { token, logprob, log_z })
     }
 }
 
@@ -250,45 +245,46 @@ impl Sampler {
     /// block first and scans only that one. Returns the token and the sum
     /// of the weights.
     fn draw_unfiltered(&mut self, logits: &[f32], max: f32, inv_t: f32) -> (u32, f64) {
-        self.weights.clear();
+        // Every weight is written below: the buffer keeps its length (the
+        // vocabulary's) from draw to draw and is never cleared.
         self.weights.resize(logits.len(), 0.0);
         self.block_sums.clear();
         for (l, w) in logits.chunks(BLOCK).zip(self.weights.chunks_mut(BLOCK)) {
             self.block_sums.push(exp_block(l, max, inv_t, w));
         }
         let total: f64 = self.block_sums.iter().sum();
-        let mut u = self.rng.random::<f64>() * total;
-        let mut chosen = None;
-        for (b, &sum) in self.block_sums.iter().enumerate() {
-            if u < sum {
-                chosen = Some(b);
-                break;
-            }
-            u -= sum;
-        }
-        // Rounding can leave `u` past the last block, or past the last
-        // weight of its block: then the last token that has any weight there.
-        let b = chosen.unwrap_or(self.block_sums.len() - 1);
+        let u = self.rng.random::<f64>() * total;
+        // The largest logit's weight is 1, so some block sum is positive.
+        let Some((b, u)) = locate(self.block_sums.iter().copied(), u) else { return (argmax(logits), total) };
         let start = b * BLOCK;
         let block = &self.weights[start..(start + BLOCK).min(logits.len())];
-        let mut last = None;
-        for (i, &w) in block.iter().enumerate() {
-            if w > 0.0 {
-                let w = f64::from(w);
-                if u < w {
-                    return ((start + i) as u32, total);
-                }
-                u -= w;
-                last = Some(i);
-            }
-        }
-        let token = match last {
-            Some(i) => (start + i) as u32,
-            // A block whose weights all underflowed: the most likely token.
+        let token = match locate(block.iter().map(|&w| f64::from(w)), u) {
+            Some((i, _)) => (start + i) as u32,
+            // A block whose weights all underflowed in f32: the most likely token.
             None => argmax(logits),
         };
         (token, total)
     }
+}
+
+/// Where `u`, drawn uniformly in `[0, Σ weights)`, falls among `weights`:
+/// the first index whose running sum passes it, with what is left of `u`
+/// inside that weight. When rounding leaves `u` at or past the total, the
+/// last index with a positive weight. `None` when no weight is positive.
+/// (The categorical draw's one walk: over block sums, then one block's
+/// weights, or over the filtered candidates.)
+fn locate(weights: impl IntoIterator<Item = f64>, mut u: f64) -> Option<(usize, f64)> {
+    let mut last = None;
+    for (i, w) in weights.into_iter().enumerate() {
+        if w > 0.0 {
+            if u < w {
+                return Some((i, u));
+            }
+            u -= w;
+            last = Some((i, w));
+        }
+    }
+    last
 }
 
 /// Tokens per block of the sums below: each of the eight f32 lanes adds 32
@@ -492,6 +488,17 @@ mod tests {
             let se = (p * (1.0 - p) / n as f64).sqrt();
             assert!((freq - p).abs() < 6.0 * se, "{freq} vs {p}");
         }
+    }
+
+    #[test]
+    fn locate_walks_the_running_sums() {
+        let w = [0.5, 0.0, 1.0, 0.25];
+        assert_eq!(locate(w, 0.0), Some((0, 0.0)));
+        assert_eq!(locate(w, 0.75), Some((2, 0.25)));
+        assert_eq!(locate(w, 1.625), Some((3, 0.125)));
+        // Rounding past the total: the last positive weight, never a zero one.
+        assert_eq!(locate([0.5, 0.25, 0.0], 0.75), Some((1, 0.25)));
+        assert_eq!(locate([0.0, 0.0], 0.0), None);
     }
 
     #[test]

@@ -102,7 +102,7 @@ fn main() {
         let t = Instant::now();
         for _ in 0..tokens {
             let tok = argmax(&logits);
-            logits = b.decode(&[(seq, tok)]).unwrap().remove(0);
+            logits = b.decode(&[(seq, tok)]).unwrap().into_first().unwrap();
         }
         best_decode = best_decode.min(t.elapsed().as_secs_f64() * 1e3 / tokens as f64);
         b.release_sequence(seq);

@@ -121,7 +121,7 @@ fn main() -> ExitCode {
         let (mut tokens, mut tops) = (Vec::new(), Vec::new());
         let (mut worst, mut flips) = (0f32, Vec::new());
         for step in 0..steps {
-            let logits = b.decode(&[(seq, input)]).unwrap().remove(0);
+            let logits = b.decode(&[(seq, input)]).unwrap().into_first().unwrap();
             let lp = log_softmax(&logits);
             let mine = top(&lp);
             let own = mine[0].0;

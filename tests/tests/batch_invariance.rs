@@ -53,7 +53,7 @@ fn alone(backend: &mut MlxBackend, prompt: &[u32]) -> (Vec<Vec<u32>>, Vec<u32>) 
     let (mut steps, mut inputs) = (Vec::new(), Vec::new());
     for _ in 0..STEPS {
         inputs.push(input);
-        let logits = backend.decode(&[(seq, input)]).unwrap().remove(0);
+        let logits = backend.decode(&[(seq, input)]).unwrap().into_first().unwrap();
         input = argmax(&logits);
         steps.push(bits(&logits));
     }

@@ -46,7 +46,7 @@ fn run(backend: &mut MlxBackend, seq: SeqId, prompt: &[u32], from: usize, chunk:
     let mut input = prompt[n - 1];
     let mut out = Vec::new();
     for _ in 0..steps {
-        let l = backend.decode(&[(seq, input)]).unwrap().remove(0);
+        let l = backend.decode(&[(seq, input)]).unwrap().into_first().unwrap();
         input = mlxcel_runtime::sampler::argmax(&l);
         out.push(bits(&l));
     }

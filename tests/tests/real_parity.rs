@@ -167,7 +167,7 @@ fn assert_decode_step_is_all_kernels(bundle_path: &Path) {
 fn first_logits(b: &mut MlxBackend, prompt: &[u32]) -> Vec<f32> {
     let seq = b.new_sequence();
     b.prefill(seq, &prompt[..prompt.len() - 1], false).unwrap();
-    let logits = b.decode(&[(seq, prompt[prompt.len() - 1])]).unwrap().remove(0);
+    let logits = b.decode(&[(seq, prompt[prompt.len() - 1])]).unwrap().into_first().unwrap();
     b.release_sequence(seq);
     logits
 }

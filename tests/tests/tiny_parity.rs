@@ -48,12 +48,12 @@ fn check(arch: &str, bits: u32) {
         // Greedy generation the way mlx-lm's generate_step does it.
         let seq = backend.new_sequence();
         backend.prefill(seq, &prompt[..prompt.len() - 1], false).unwrap();
-        let mut logits = backend.decode(&[(seq, prompt[prompt.len() - 1])]).unwrap().remove(0);
+        let mut logits = backend.decode(&[(seq, prompt[prompt.len() - 1])]).unwrap().into_first().unwrap();
         let mut got = Vec::new();
         for _ in 0..want_tokens.len() {
             let t = argmax(&logits);
             got.push(t);
-            logits = backend.decode(&[(seq, t)]).unwrap().remove(0);
+            logits = backend.decode(&[(seq, t)]).unwrap().into_first().unwrap();
         }
         assert_eq!(got, want_tokens, "{arch} bits={bits} {build}: greedy tokens");
     });
@@ -86,7 +86,7 @@ fn mlx_ops_path_matches_mlx_lm() {
             for head in &heads {
                 let seq = backend.new_sequence();
                 backend.prefill(seq, head, false).unwrap();
-                alone.push(backend.decode(&[(seq, 7)]).unwrap().remove(0));
+                alone.push(backend.decode(&[(seq, 7)]).unwrap().into_first().unwrap());
                 backend.release_sequence(seq);
             }
             let seqs: Vec<_> = heads

@@ -30,6 +30,22 @@ constexpr int64_t kParallelWork = 1 << 15;
 // ---------------------------------------------------------------------------
 // Vector helpers (any length; tails use masked loads).
 
+// The vector whose lane i is the sum of r[i]'s lanes, for W vectors r (r is
+// overwritten). A SIMD layer with a cheaper reduction tree (AVX-512) defines
+// `S::row_sums`; the others transpose the block and add its rows.
+// (A template so that the branch not taken is never instantiated.)
+template <class L = S>
+inline V row_sums(V* r) {
+  if constexpr (requires { L::row_sums(r); }) {
+    return L::row_sums(r);
+  } else {
+    S::transpose(r);
+    V s = r[0];
+    for (int i = 1; i < W; ++i) s = S::add(s, r[i]);
+    return s;
+  }
+}
+
 inline float dot(const float* a, const float* b, int n) {
   V acc0 = S::zero(), acc1 = S::zero();
   int i = 0;

@@ -200,7 +200,7 @@ void attention_dot(const AttnArgs& a) {
 #pragma GCC unroll 16
             for (int t = 0; t < W; ++t) acc[t] = S::fma(qv, S::load(kbase + (j + t) * a.ks[2] + d0), acc[t]);
           }
-          S::store(sc + r * nk + j, S::row_sums(acc));
+          S::store(sc + r * nk + j, row_sums(acc));
         }
       }
     }

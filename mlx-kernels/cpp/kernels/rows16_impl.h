@@ -197,8 +197,9 @@ void rows16_multi(const QmmArgs* args, int count) {
   Rows16AmxX xt{};
   const bool amx = i16 && M >= kAmxMinRows && rows16_amx_applies(args[0]) && amx_active();
   if (amx) {
-    const size_t mp = static_cast<size_t>(ceil_div(M, kAmxRows)) * kAmxRows;
-    xt = rows16_amx_split(xq, M, args[0].K, reinterpret_cast<uint8_t*>(scratch(kScratchAmx, mp * args[0].K)));
+    const int K = args[0].K, gs = args[0].group_size;
+    float* buf = scratch(kScratchAmx, (rows16_amx_bytes(M, K, gs) + sizeof(float) - 1) / sizeof(float));
+    xt = rows16_amx_split(xq, M, K, gs, reinterpret_cast<uint8_t*>(buf));
   }
 #endif
   int64_t blocks = 0;

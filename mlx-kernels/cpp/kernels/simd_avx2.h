@@ -89,14 +89,6 @@ struct S {
     for (; i < n; ++i) dst[i] = type == kScaleF16 ? _cvtsh_ss(src[i]) : bf16_to_float(src[i]);
   }
 
-  // The vector whose lane i is the sum of r[i]'s lanes (r is overwritten).
-  static inline V row_sums(V* r) {
-    transpose(r);
-    V s = r[0];
-    for (int i = 1; i < W; ++i) s = add(s, r[i]);
-    return s;
-  }
-
   // In-place transpose of an 8x8 block held as 8 row vectors.
   static inline void transpose(V* r) {
     V t[8], u[8];

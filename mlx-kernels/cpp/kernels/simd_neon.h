@@ -99,14 +99,6 @@ struct S {
     for (; i < n; ++i) dst[i] = type == kScaleF16 ? half_to_float(src[i]) : bf16_to_float(src[i]);
   }
 
-  // The vector whose lane i is the sum of r[i]'s lanes (r is overwritten).
-  static inline V row_sums(V* r) {
-    transpose(r);
-    V s = r[0];
-    for (int i = 1; i < W; ++i) s = add(s, r[i]);
-    return s;
-  }
-
   // In-place transpose of a 4x4 block held as 4 row vectors.
   static inline void transpose(V* r) {
     const float32x4x2_t a = vtrnq_f32(r[0], r[1]);

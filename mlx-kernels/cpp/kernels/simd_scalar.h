@@ -62,7 +62,6 @@ struct S {
     hi = static_cast<float>(*p >> 4);
   }
   static inline void transpose(V*) {}
-  static inline V row_sums(V* r) { return r[0]; }
   static constexpr bool kLut16 = false;
   static inline V iota() { return 0.0f; }
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}

@@ -351,7 +351,7 @@ impl Scheduler {
             constrained.iter_mut().for_each(|c| c.prepare());
             decoded
         };
-        let logits = match decoded {
+        let mut logits = match decoded {
             Ok(logits) => logits,
             Err(e) => {
                 let message = e.to_string();
@@ -363,8 +363,8 @@ impl Scheduler {
             }
         };
         let running = std::mem::take(&mut self.running);
-        for (mut r, mut logits) in running.into_iter().zip(logits) {
-            match self.advance(&mut r, &mut logits) {
+        for (mut r, row) in running.into_iter().zip(logits.rows_mut()) {
+            match self.advance(&mut r, row) {
                 Ok(None) => self.running.push(r),
                 Ok(Some(reason)) => self.finish(r, reason),
                 Err(e) => {
