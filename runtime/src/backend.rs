@@ -47,11 +47,6 @@ impl LogitRows {
         self.values.is_empty()
     }
 
-    /// Row `i`.
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.values[i * self.vocab..(i + 1) * self.vocab]
-    }
-
     /// Each row, in order.
     pub fn iter(&self) -> std::slice::ChunksExact<'_, f32> {
         self.values.chunks_exact(self.vocab)

@@ -228,11 +228,11 @@ impl Sampler {
         }
         // Categorical draw from softmax(logprob / temperature) over the candidates.
         let top = cands.iter().map(|c| c.0).fold(f32::NEG_INFINITY, f32::max);
-        let weight = |c: &(f32, u32)| f64::from((c.0 - top) * inv_t).exp();
-        let total: f64 = cands.iter().map(weight).sum();
+        let weights: Vec<f64> = cands.iter().map(|c| f64::from((c.0 - top) * inv_t).exp()).collect();
+        let total: f64 = weights.iter().sum();
         let u = self.rng.random::<f64>() * total;
         // The top candidate's weight is 1, so some weight is positive.
-        let (i, _) = locate(cands.iter().map(weight), u).unwrap_or((0, 0.0));
+        let (i, _) = locate(weights.iter().copied(), u).unwrap_or((0, 0.0));
         let (logprob, token) = cands.get(i).copied().unwrap_or((logits[0] - log_z, 0));
         Ok(Sampled { token, logprob, log_z })
     }
