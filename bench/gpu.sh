@@ -182,35 +182,7 @@ profile() {
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-summary none -c 8000 \
       "$bin/mlxcel" bench "$(bundle_of "$m")" -p 0 -n 8 -r 1 >"$work/ncu-$m.csv" 2>"$work/ncu-$m.err" ||
       { tail -20 "$work/ncu-$m.err" >&2; die "ncu failed on $m"; }
-    python3 - "$work/ncu-$m.csv" "$m" <<'EOF' | tee "$work/profile-$m.md"
-import collections, csv, io, sys
-rows = list(csv.DictReader(io.StringIO("".join(l for l in open(sys.argv[1]) if l.startswith('"')))))
-names = [r["Kernel Name"] for r in rows]
-ns = [float(r["Metric Value"].replace(",", "")) for r in rows]
-def kind(n):
-    if "qmv_kernel" in n and "unsigned char" in n: return "output projection (8-bit qmv)"
-    if "qmv_kernel" in n: return "4-bit matvecs (qmv)"
-    if any(k in n for k in ("sdpa", "softmax", "gemm", "splitK", "gemv")): return "attention"
-    if "rms_norm" in n: return "RMS norms"
-    if "rope" in n: return "RoPE"
-    if "copy" in n: return "copies (KV writes, casts)"
-    return "elementwise (add, multiply, activation)"
-# A decode step ends with the output projection; take the last whole step.
-ends = [i for i, n in enumerate(names) if "qmv_kernel" in n and "unsigned char" in n]
-if len(ends) < 2:
-    sys.exit(f"{sys.argv[1]}: fewer than two decode steps found")
-a, b = ends[-2], ends[-1]
-agg = collections.defaultdict(lambda: [0, 0.0])
-for n, t in zip(names[a + 1 : b + 1], ns[a + 1 : b + 1]):
-    agg[kind(n)][0] += 1
-    agg[kind(n)][1] += t
-total = sum(v[1] for v in agg.values())
-print(f"{sys.argv[2]}: one decode step, {b - a} kernels, {total / 1000:,.0f} µs of GPU time summed\n")
-print("| kernels | launches | µs | share |")
-print("|---|--:|--:|--:|")
-for k, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-    print(f"| {k} | {c} | {t / 1000:,.0f} | {100 * t / total:.0f}% |")
-EOF
+    python3 "$root/scripts/gpu/step_kernels.py" "$work/ncu-$m.csv" "$m" | tee "$work/profile-$m.md"
     if [ -n "${OUT:-}" ]; then cp "$work/profile-$m.md" "$OUT/"; fi
   done
 }

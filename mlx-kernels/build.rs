@@ -22,8 +22,9 @@ const KERNEL_SOURCES: [&str; 8] = [
 ];
 
 /// The kernels as MLX graph nodes (cpp/nodes/): launching, the node kinds,
-/// the fusion rules, inline evaluation and the operations the bridge calls.
-const NODE_SOURCES: [&str; 7] = [
+/// the fusion rules, inline evaluation, the operations the bridge calls and
+/// the GPU side of the products (gpu.cc: real with the `cuda` feature only).
+const NODE_SOURCES: [&str; 8] = [
     "cpp/nodes/launch.cc",
     "cpp/nodes/products.cc",
     "cpp/nodes/norm_rope.cc",
@@ -31,12 +32,15 @@ const NODE_SOURCES: [&str; 7] = [
     "cpp/nodes/fusion.cc",
     "cpp/nodes/inline_eval.cc",
     "cpp/nodes/ops.cc",
+    "cpp/nodes/gpu.cc",
 ];
 
 fn main() {
     println!("cargo::rerun-if-env-changed=MLX_DIR");
     println!("cargo::rerun-if-changed=cpp");
     println!("cargo::rerun-if-changed=src/ffi.rs");
+    println!("cargo::rerun-if-changed=cuda");
+    println!("cargo::rerun-if-env-changed=MLXCEL_CUDA_INCLUDE");
 
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let cuda = std::env::var_os("CARGO_FEATURE_CUDA").is_some();
@@ -58,7 +62,25 @@ fn main() {
     let include = mlx_dir.join("include");
     let lib = mlx_dir.join("lib");
 
-    cxx_build::bridge("src/ffi.rs")
+    let mut build = cxx_build::bridge("src/ffi.rs");
+    if cuda {
+        // gpu.cc includes MLX's CUDA headers, which include the CUDA
+        // runtime's (and fmt, from Debian's libfmt-dev).
+        let cuda_include = match std::env::var_os("MLXCEL_CUDA_INCLUDE") {
+            Some(dir) => PathBuf::from(dir),
+            None => manifest_dir.join("../.deps/nvrtc-13/nvidia/cu13/include"),
+        };
+        if !cuda_include.join("crt/host_config.h").is_file() {
+            println!(
+                "cargo::error=the CUDA runtime headers are not at {} (no crt/host_config.h): run `make setup-cuda`, \
+                 or set MLXCEL_CUDA_INCLUDE",
+                cuda_include.display()
+            );
+            return;
+        }
+        build.include(cuda_include).define("MLXCEL_CUDA", None);
+    }
+    build
         .file("cpp/bridge.cc")
         .files(KERNEL_SOURCES)
         .files(NODE_SOURCES)

@@ -44,6 +44,10 @@ apt_packages=(g++ make)
 if [ "$(uname -m)" = x86_64 ]; then
   apt_packages+=(g++-aarch64-linux-gnu qemu-user)
 fi
+# `--features cuda` compiles against MLX's CUDA headers, which include fmt.
+if [ "${MLXCEL_SETUP_CUDA:-0}" = 1 ]; then
+  apt_packages+=(libfmt-dev)
+fi
 missing=()
 for pkg in "${apt_packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
@@ -120,20 +124,24 @@ if [ "${MLXCEL_SETUP_CUDA:-0}" = 1 ]; then
   fi
   # NVRTC and the CUDA runtime's headers (deps/nvrtc-13.txt), unpacked in
   # the wheels' site layout (nvidia/cu13/{lib,include}): what
-  # `mlxcel-compile --target cuda-smXY` compiles MLX's kernels with.
+  # `mlxcel-compile --target cuda-smXY` compiles MLX's kernels and ours
+  # with; the crt headers let g++ compile the `cuda` feature's host code
+  # against cuda_runtime.h.
   nvrtc_lock=$root/deps/nvrtc-13.txt
   nvrtc_root=$deps/nvrtc-13
   if ! stamp_ok nvrtc-13 "$nvrtc_lock" || [ ! -f "$nvrtc_root/nvidia/cu13/lib/libnvrtc.so.13" ] \
-    || [ ! -f "$nvrtc_root/nvidia/cu13/include/cuda_runtime.h" ]; then
-    say "installing the pinned NVRTC 13.0 and CUDA runtime headers into $nvrtc_root"
+    || [ ! -f "$nvrtc_root/nvidia/cu13/include/cuda_runtime.h" ] \
+    || [ ! -f "$nvrtc_root/nvidia/cu13/include/crt/host_config.h" ]; then
+    say "installing the pinned NVRTC 13.0 and CUDA runtime and crt headers into $nvrtc_root"
     pip_download "$nvrtc_lock"
     rm -rf "$nvrtc_root.partial"
     unzip_members "$(wheel_path nvidia_cuda_nvrtc 13.0.88)" "$nvrtc_root.partial"
     unzip_members "$(wheel_path nvidia_cuda_runtime 13.0.96)" "$nvrtc_root.partial"
+    unzip_members "$(wheel_path nvidia_cuda_crt 13.0.88)" "$nvrtc_root.partial"
     [ -f "$nvrtc_root.partial/nvidia/cu13/lib/libnvrtc.so.13" ] || die "the NVRTC wheel has no nvidia/cu13/lib/libnvrtc.so.13"
     rm -rf "$nvrtc_root" "$nvrtc_root.partial/"nvidia_cuda_*.dist-info
     mv "$nvrtc_root.partial" "$nvrtc_root"
-    rm -f "$deps/wheels/"nvidia_cuda_nvrtc-* "$deps/wheels/"nvidia_cuda_runtime-*
+    rm -f "$deps/wheels/"nvidia_cuda_nvrtc-* "$deps/wheels/"nvidia_cuda_runtime-* "$deps/wheels/"nvidia_cuda_crt-*
     stamp_write nvrtc-13 "$nvrtc_lock"
   fi
 fi

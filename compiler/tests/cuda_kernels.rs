@@ -52,7 +52,7 @@ fn smollm2_with_cuda_sm90_kernels() {
     let run = mlxcel_compile(&[gguf.to_str().unwrap(), "--target", "cuda-sm90", "-o", out.to_str().unwrap()], &deps);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
-    assert!(stderr.contains("CUDA kernels: 8 modules"), "{stderr}");
+    assert!(stderr.contains("CUDA kernels: 9 modules"), "{stderr}");
 
     let bundle = Bundle::open(&out).unwrap();
     bundle.verify(|_| {}).unwrap();
@@ -72,11 +72,11 @@ fn smollm2_with_cuda_sm90_kernels() {
         "qmm_naive_tn_aligned_float32_m64_b4_g32_affine",
         "qmm_naive_tn_aligned_float32_m64_b8_g32_affine",
     ];
-    for module in expected {
+    for module in expected.iter().chain(&["mlxcel_kernels"]) {
         assert!(stderr.contains(&format!("kernel {module} for cuda-sm90: ")), "{stderr}");
     }
     let sections: Vec<_> = bundle.sections_of_kind(kinds::KERNELS).collect();
-    assert_eq!(sections.len(), 2 * expected.len());
+    assert_eq!(sections.len(), 2 * (expected.len() + 1));
     for s in &sections {
         assert_eq!(s.target(), "cuda:sm_90a");
         assert_eq!(s.property(kinds::KERNEL_SET_KEY), Some(kinds::KERNEL_SET_MLX_PTX_CACHE));
@@ -102,6 +102,14 @@ fn smollm2_with_cuda_sm90_kernels() {
             assert_eq!(txt, h200, "{module}");
         }
     }
+    // mlxcel's own module: a cubin and every kernel the runtime looks up,
+    // in the same set (mlx-kernels/cuda/kernels.cu).
+    let ptx = bundle.section(kinds::KERNELS, "mlxcel_kernels.ptx", "cuda:sm_90a").expect("own module").data();
+    assert_eq!(u16::from_le_bytes([ptx[18], ptx[19]]), EM_CUDA);
+    let txt = bundle.section(kinds::KERNELS, "mlxcel_kernels.txt", "cuda:sm_90a").expect("own module").data();
+    let expressions: Vec<&str> =
+        std::str::from_utf8(txt).unwrap().lines().map(|l| l.split_once('\t').unwrap().0).collect();
+    assert_eq!(expressions, mlxcel_mlx::cuda_kernels::name_expressions());
 }
 
 #[test]

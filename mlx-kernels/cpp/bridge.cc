@@ -19,6 +19,7 @@
 #include "mlx/memory.h"
 #include "mlx/version.h"
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
+#include "mlxcel-mlx/cpp/nodes/gpu.h"
 #include "mlxcel-mlx/cpp/nodes/ops.h"
 #include "mlxcel-mlx/src/ffi.rs.h"
 
@@ -735,6 +736,12 @@ void set_jit_cache_dir(rust::Str dir) {
   std::string value(dir);
   if (setenv("MLX_PTX_CACHE_DIR", value.c_str(), 1) != 0) throw std::runtime_error("setenv MLX_PTX_CACHE_DIR failed");
 }
+
+size_t load_gpu_kernels(rust::Slice<const uint8_t> cubin, rust::Str names) {
+  return fast::gpu::load_module(cubin.data(), cubin.size(), std::string(names));
+}
+
+bool gpu_kernels_loaded() { return fast::gpu::loaded(); }
 
 void synchronize() { mx::synchronize(); }
 size_t active_memory() { return mx::get_active_memory(); }

@@ -169,6 +169,8 @@ void set_default_device(DeviceKind device);
 rust::String device_name(DeviceKind device);
 rust::String cuda_arch();
 void set_jit_cache_dir(rust::Str dir);
+size_t load_gpu_kernels(rust::Slice<const uint8_t> cubin, rust::Str names);
+bool gpu_kernels_loaded();
 void synchronize();
 size_t active_memory();
 size_t peak_memory();

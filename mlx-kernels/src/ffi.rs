@@ -470,6 +470,8 @@ pub(crate) mod bridge {
         fn device_name(device: DeviceKind) -> Result<String>;
         fn cuda_arch() -> String;
         fn set_jit_cache_dir(dir: &str) -> Result<()>;
+        fn load_gpu_kernels(cubin: &[u8], names: &str) -> Result<usize>;
+        fn gpu_kernels_loaded() -> bool;
         fn synchronize() -> Result<()>;
         fn active_memory() -> usize;
         fn peak_memory() -> usize;

@@ -16,6 +16,7 @@
 //! ```
 
 mod array;
+pub mod cuda_kernels;
 pub mod device;
 mod dtype;
 mod error;

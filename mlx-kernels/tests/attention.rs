@@ -89,29 +89,10 @@ fn cached_attention_matches_mlx() {
                         .unwrap();
                     let k = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
                     let v = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
-                    let bufs: Vec<(Array, Array)> = (0..b)
-                        .map(|row| {
-                            let c = cap + 7 * row;
-                            let mut buf = || arr(&normal(&mut rng, (kvh * c * dim) as usize), &[1, kvh, c, dim]);
-                            (buf(), buf())
-                        })
-                        .collect();
+                    let bufs = cache_buffers(&mut rng, b, kvh, cap, dim);
                     let before: Vec<(Vec<f32>, Vec<f32>)> = bufs.iter().map(|(kb, vb)| (vals(kb), vals(vb))).collect();
-                    let rope = fast::RopeSpec {
-                        dims,
-                        traditional,
-                        base: 10000.0,
-                        scale: 1.0,
-                        freqs: use_freqs.then_some(&freqs),
-                    };
-                    let rows: Vec<fast::CacheRow> = bufs
-                        .iter()
-                        .enumerate()
-                        .map(|(row, (keys, values))| fast::CacheRow {
-                            offset: 40 + slot + 3 * row,
-                            cache: fast::CacheSlot { keys, values, slot, visible, causal },
-                        })
-                        .collect();
+                    let rope = rope_spec(dims, traditional, use_freqs.then_some(&freqs));
+                    let rows = cache_rows(&bufs, slot, visible, causal);
                     let scale = 1.0 / (dim as f32).sqrt();
                     let want = mlx().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
                     let want_out = vals(&want.out);

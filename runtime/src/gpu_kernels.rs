@@ -10,6 +10,11 @@
 //! private cache directory and points MLX at it, so MLX loads them and
 //! compiles nothing.
 //!
+//! The same sections carry mlxcel's own module
+//! ([`mlxcel_mlx::cuda_kernels`]); it is loaded here too, after which the
+//! quantized products and the attention of decode steps run as mlxcel's
+//! kernels.
+//!
 //! A bundle without kernels for the GPU found is refused unless the caller
 //! asks for MLX's run-time compilation or the CPU ([`MissingGpuKernels`]).
 
@@ -18,7 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use mlxcel_bundle::{Bundle, SectionView, kinds};
-use mlxcel_mlx::device;
+use mlxcel_mlx::{cuda_kernels, device};
 
 use crate::error::{Error, Result};
 
@@ -101,6 +106,9 @@ pub enum Installed {
         modules: usize,
         /// Files written now (0 when an earlier process installed them).
         written: usize,
+        /// Kernels of mlxcel's own module loaded (0 for a bundle compiled
+        /// before it existed: the GPU then runs MLX's operations only).
+        own_kernels: usize,
     },
     /// No kernels for this GPU; MLX compiles at run time, as asked.
     Jit,
@@ -111,8 +119,12 @@ pub enum Installed {
 impl std::fmt::Display for Installed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Installed::Kernels { dir, modules, written } => {
-                write!(f, "{modules} modules from the bundle in {} ({written} files written)", dir.display())
+            Installed::Kernels { dir, modules, written, own_kernels } => {
+                write!(
+                    f,
+                    "{modules} modules from the bundle in {} ({written} files written); mlxcel's own: {own_kernels} kernels",
+                    dir.display()
+                )
             }
             Installed::Jit => f.write_str("none in the bundle for this GPU: MLX compiles them at run time"),
             Installed::Cpu => f.write_str("none in the bundle for this GPU: running on the CPU"),
@@ -210,7 +222,21 @@ pub fn install(bundle: &Bundle, gpu: &GpuTarget, options: &GpuKernelOptions) -> 
     }
     device::set_jit_cache_dir(&dir)?;
     let modules = sections.iter().filter(|s| s.key().ends_with(".ptx")).count();
-    Ok(Installed::Kernels { dir, modules, written })
+    let own_kernels = load_own_kernels(&sections)?;
+    Ok(Installed::Kernels { dir, modules, written, own_kernels })
+}
+
+/// Loads mlxcel's own module from the sections, if the bundle has it;
+/// returns its kernel count (0 without it).
+fn load_own_kernels(sections: &[SectionView<'_>]) -> Result<usize> {
+    let find = |ext: &str| {
+        let key = format!("{}.{ext}", cuda_kernels::MODULE);
+        sections.iter().find(|s| s.key() == key)
+    };
+    let (Some(cubin), Some(names)) = (find("ptx"), find("txt")) else { return Ok(0) };
+    let names = std::str::from_utf8(names.data())
+        .map_err(|_| Error::GpuKernels(format!("the bundle's {} is not UTF-8", names.key())))?;
+    cuda_kernels::load(cubin.data(), names).map_err(|e| Error::GpuKernels(e.to_string()))
 }
 
 /// Why a bundle without kernels for `gpu` is refused, and what to do.

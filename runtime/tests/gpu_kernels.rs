@@ -57,10 +57,12 @@ fn installs_the_sections_of_this_gpu_and_points_mlx_at_them() {
     let dir = temp_dir("install");
     let bundle = write_bundle(&dir.join("m.mlxb"), MODULES);
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
-    let Installed::Kernels { dir: installed, modules, written } = install(&bundle, &h200(), &options).unwrap() else {
+    let Installed::Kernels { dir: installed, modules, written, own_kernels } =
+        install(&bundle, &h200(), &options).unwrap()
+    else {
         panic!("expected kernels")
     };
-    assert_eq!((modules, written), (2, 4));
+    assert_eq!((modules, written, own_kernels), (2, 4, 0));
     assert!(installed.starts_with(dir.join("cache")), "{}", installed.display());
     for (key, target, _, bytes) in MODULES.iter().filter(|e| e.1 == "cuda:sm_90a") {
         assert_eq!(std::fs::read(installed.join(key)).unwrap(), *bytes, "{key} for {target}");
@@ -71,13 +73,29 @@ fn installs_the_sections_of_this_gpu_and_points_mlx_at_them() {
 
     // A second process on the same bundle finds them in place.
     let again = install(&bundle, &h200(), &options).unwrap();
-    assert_eq!(again, Installed::Kernels { dir: installed.clone(), modules: 2, written: 0 });
+    assert_eq!(again, Installed::Kernels { dir: installed.clone(), modules: 2, written: 0, own_kernels: 0 });
 
     // A damaged file is replaced.
     std::fs::write(installed.join(MODULES[0].0), b"truncated").unwrap();
     let repaired = install(&bundle, &h200(), &options).unwrap();
-    assert_eq!(repaired, Installed::Kernels { dir: installed.clone(), modules: 2, written: 1 });
+    assert_eq!(repaired, Installed::Kernels { dir: installed.clone(), modules: 2, written: 1, own_kernels: 0 });
     assert_eq!(std::fs::read(installed.join(MODULES[0].0)).unwrap(), MODULES[0].3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_own_module_that_does_not_load_is_an_error_naming_it() {
+    // Without a GPU (or without the `cuda` feature) mlxcel's own module
+    // cannot load; a bundle that carries one must say so, not run without it
+    // silently.
+    let dir = temp_dir("products");
+    let mut entries = MODULES.to_vec();
+    entries.push(("mlxcel_kernels.ptx", "cuda:sm_90a", "0.32.4", b"\x7fELF not really a cubin"));
+    entries.push(("mlxcel_kernels.txt", "cuda:sm_90a", "0.32.4", b"mlxcel::product<4, float>\t_Z1x\n"));
+    let bundle = write_bundle(&dir.join("m.mlxb"), &entries);
+    let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
+    let message = install(&bundle, &h200(), &options).unwrap_err().to_string();
+    assert!(message.contains("mlxcel GPU kernels"), "{message}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,7 +5,7 @@
 #   remote.sh env           (source it) unpack the CUDA MLX tarball to /root/mlx-cuda
 #                           once, join any split model (NAME.00, NAME.01, ... in
 #                           /root/stash become /root/models/NAME.gguf), and export
-#                           LD_LIBRARY_PATH, CUDA_HOME, MLXCEL_DEVICE=gpu
+#                           LD_LIBRARY_PATH, CUDA_HOME, MLXCEL_DEVICE=gpu, MLXCEL_CUDA_SITE
 set -euo pipefail
 case "${1:-}" in
   stash)
@@ -42,6 +42,8 @@ case "${1:-}" in
     export LD_LIBRARY_PATH
     export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     export MLXCEL_DEVICE=gpu
+    # NVRTC and the CUDA headers for tests that compile mlxcel's kernels (gpu_products).
+    export MLXCEL_CUDA_SITE=$site
     export MLX_PTX_CACHE_DIR=/root/ptx-cache
     ;;
   *)

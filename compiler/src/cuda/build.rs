@@ -1,6 +1,7 @@
 //! Compiling the planned modules with NVRTC, as MLX's `jit_module.cpp`
-//! would on the GPU host: the same source, in-memory device headers,
-//! include folders and options, two modules at a time.
+//! would on the GPU host (the same source, in-memory device headers,
+//! include folders and options; mlxcel's own module with its own), two
+//! modules at a time.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -9,7 +10,7 @@ use std::time::Instant;
 
 use mlxcel_mlx::nvrtc::{Header, Nvrtc, Program};
 
-use super::plan::KernelModule;
+use super::plan::{KernelModule, ModuleSource};
 use super::wheel::{DEVICE_HEADERS, MlxCuda, include_name};
 use super::{CudaKernelOptions, CudaTarget, KernelError};
 
@@ -118,16 +119,21 @@ impl KernelToolchain {
 
     /// Compiles one module for one target.
     fn build_one(&self, module: &KernelModule, target: CudaTarget) -> Result<BuiltModule, KernelError> {
-        let source = self.mlx.source(module.source).ok_or_else(|| KernelError::Library {
-            path: self.mlx.dir.join("lib/libmlx.so"),
-            message: format!("no jit_source_{}", module.source),
-        })?;
-        let program = Program {
-            name: format!("{}.cu", module.name),
-            source: source.to_string(),
-            headers: self.headers.clone(),
-            name_expressions: module.name_expressions.clone(),
-            options: self.options(target),
+        let program = match module.source {
+            ModuleSource::Mlx(symbol) => {
+                let source = self.mlx.source(symbol).ok_or_else(|| KernelError::Library {
+                    path: self.mlx.dir.join("lib/libmlx.so"),
+                    message: format!("no jit_source_{symbol}"),
+                })?;
+                Program {
+                    name: format!("{}.cu", module.name),
+                    source: source.to_string(),
+                    headers: self.headers.clone(),
+                    name_expressions: module.name_expressions.clone(),
+                    options: self.options(target),
+                }
+            }
+            ModuleSource::Mlxcel => mlxcel_mlx::cuda_kernels::program(&target.nvrtc_arch(), &self.cuda_include),
         };
         let start = Instant::now();
         let compiled = self.nvrtc.compile(&program)?;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 pub use build::{BuiltModule, KernelEvent, KernelToolchain};
-pub use plan::{KernelModule, MlxDtype, QuantizedMatrix};
+pub use plan::{KernelModule, MlxDtype, ModuleSource, QuantizedMatrix};
 pub use wheel::{MLX_VERSION, MlxCuda};
 
 /// Errors of making the kernels.

@@ -85,13 +85,23 @@ pub struct QuantizedMatrix {
     pub columns: u64,
 }
 
+/// Where a module's source comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// MLX's: the `jit_source_` symbol of this name in `libmlx.so`,
+    /// compiled with MLX's options and device headers.
+    Mlx(&'static str),
+    /// mlxcel's own kernels ([`mlxcel_mlx::cuda_kernels`]).
+    Mlxcel,
+}
+
 /// One module to compile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelModule {
-    /// MLX's module name: the cache files are `NAME.ptx` and `NAME.txt`.
+    /// The module name: the cache files are `NAME.ptx` and `NAME.txt`.
     pub name: String,
-    /// The `jit_source_` symbol holding the module's source.
-    pub source: &'static str,
+    /// Its source.
+    pub source: ModuleSource,
     /// The kernels' name expressions, in MLX's order.
     pub name_expressions: Vec<String>,
 }
@@ -112,7 +122,11 @@ pub fn gather_module(dtype: MlxDtype) -> KernelModule {
             ));
         }
     }
-    KernelModule { name: format!("gather_{}_{}_1", dtype.name(), index.name()), source: "gather", name_expressions }
+    KernelModule {
+        name: format!("gather_{}_{}_1", dtype.name(), index.name()),
+        source: ModuleSource::Mlx("gather"),
+        name_expressions,
+    }
 }
 
 /// The CUTLASS type of `bits`-wide codes.
@@ -158,14 +172,24 @@ pub fn qmm_module(activation: MlxDtype, m: QuantizedMatrix, tile_m: u32) -> Opti
          cute::Shape<cute::Int<{tile_m}>, cute::Int<{tile_n}>, cute::Int<{tile_k}>>>",
         m.group_size,
     );
-    Some(KernelModule { name, source: "qmm_naive", name_expressions: vec![expression] })
+    Some(KernelModule { name, source: ModuleSource::Mlx("qmm_naive"), name_expressions: vec![expression] })
+}
+
+/// mlxcel's own kernels (the quantized products and attention of decode steps).
+pub fn own_module() -> KernelModule {
+    KernelModule {
+        name: mlxcel_mlx::cuda_kernels::MODULE.to_string(),
+        source: ModuleSource::Mlxcel,
+        name_expressions: mlxcel_mlx::cuda_kernels::name_expressions(),
+    }
 }
 
 /// Every module a bundle needs at `activation` (only `float32` is
 /// supported: bf16 and f16 activations take MLX's CUTLASS `qmm_sm80`
 /// modules, not planned yet): a gather per dtype of `gather_dtypes` (plus
-/// `float32` and `uint32`), and the three row tiles of the quantized matmul
-/// for each distinct quantized form; sorted by name, without duplicates.
+/// `float32` and `uint32`), the three row tiles of the quantized matmul
+/// for each distinct quantized form, and mlxcel's own module; sorted by
+/// name, without duplicates.
 pub fn plan(matrices: &[QuantizedMatrix], gather_dtypes: &[MlxDtype]) -> Vec<KernelModule> {
     let activation = MlxDtype::Float32;
     let mut modules = BTreeMap::new();
@@ -182,6 +206,8 @@ pub fn plan(matrices: &[QuantizedMatrix], gather_dtypes: &[MlxDtype]) -> Vec<Ker
             }
         }
     }
+    let own = own_module();
+    modules.insert(own.name.clone(), own);
     let modules: Vec<KernelModule> = modules.into_values().collect();
     debug_assert!(modules.iter().all(|m| m.name.len() <= MAX_FILE_NAME));
     modules
@@ -263,6 +289,7 @@ mod tests {
             [
                 "gather_float32_uint32_1",
                 "gather_uint32_uint32_1",
+                "mlxcel_kernels",
                 "qmm_naive_tn_aligned_float32_m16_b4_g32_affine",
                 "qmm_naive_tn_aligned_float32_m16_b6_g32_affine",
                 "qmm_naive_tn_aligned_float32_m32_b4_g32_affine",
@@ -271,5 +298,9 @@ mod tests {
                 "qmm_naive_tn_aligned_float32_m64_b6_g32_affine",
             ]
         );
+        // Float weights only: no quantized matmul (the own module's
+        // attention serves every model).
+        let names: Vec<String> = plan(&[], &[MlxDtype::Float32]).into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["gather_float32_uint32_1", "gather_uint32_uint32_1", "mlxcel_kernels"]);
     }
 }

@@ -97,6 +97,8 @@ class CachedAttention : public MultiNode {
   }
   static std::vector<mx::Shape> shapes(const std::vector<mx::array>& in, int rows);
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  /// Up to 32 rows of up to 32 positions (gpu.h).
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
 
  private:
   CachedAttentionSpec spec_;

@@ -15,7 +15,7 @@ namespace mlxcel::fast {
 namespace mx = mlx::core;
 
 /// The mark of an mlxcel node: a primitive that runs one of mlxcel's CPU
-/// kernels (and has no GPU version).
+/// kernels (and, for the quantized products, a CUDA kernel: gpu.h).
 class Node {
  public:
   virtual ~Node() = default;

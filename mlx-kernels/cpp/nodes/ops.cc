@@ -13,6 +13,7 @@
 #include "mlx/utils.h"
 #include "mlxcel-mlx/cpp/nodes/attention.h"
 #include "mlxcel-mlx/cpp/nodes/fusion.h"
+#include "mlxcel-mlx/cpp/nodes/gpu.h"
 #include "mlxcel-mlx/cpp/nodes/norm_rope.h"
 #include "mlxcel-mlx/cpp/nodes/products.h"
 
@@ -104,6 +105,14 @@ std::string multi_unsupported(const array& x, const std::vector<QuantizedWeight>
              std::to_string(w.w.shape(1) * 32 / bits);
   }
   return "";
+}
+
+// Why our GPU kernels cannot take these weights ("" when they can): the
+// CPU kernels' conditions, then the GPU's own (gpu.h).
+std::string gpu_multi_unsupported(const array& x, const std::vector<QuantizedWeight>& ws, int gs, int bits) {
+  if (auto why = multi_unsupported(x, ws, gs, bits); !why.empty()) return why;
+  const int64_t rows = x.shape(-1) == 0 ? 0 : static_cast<int64_t>(x.size() / x.shape(-1));
+  return gpu::product_unsupported(bits, ws[0].scales.dtype(), rows, ws[0].layout);
 }
 
 // Why our rope cannot rotate `x` with these parameters ("" when it can).
@@ -235,7 +244,8 @@ std::vector<mx::array> quantized_linear_multi(const mx::array& x, const std::vec
           x, mx::quantized_matmul(x, ws[i].w, ws[i].scales, ws[i].biases, true, group_size, bits, "affine"), heads[i]));
     return outs;
   };
-  std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, ws, group_size, bits) : kNotCpu;
+  std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, ws, group_size, bits)
+                                                : gpu_multi_unsupported(x, ws, group_size, bits);
   if (!use_kernel(path, "quantized_linear_multi", why, ws.empty() ? kern::WeightLayout::RowMajor : ws[0].layout))
     return mlx_op();
   return product_node(s, x, {group_size, bits, ws[0].layout}, heads, triples(ws));
@@ -270,7 +280,8 @@ mx::array gated_linear(kern::Activation act, const mx::array& x, const mx::array
 }
 
 mx::array add(const mx::array& a, const mx::array& b, Path path) {
-  if (path != Path::Mlx && mx::default_device() == mx::Device::cpu) {
+  // On the GPU only our product nodes exist (gpu.h), and they add residuals too.
+  if (path != Path::Mlx && (mx::default_device() == mx::Device::cpu || gpu::loaded())) {
     if (auto fused = fold_residual(a, b)) return *fused;
   }
   return mx::add(a, b);
@@ -284,7 +295,8 @@ mx::array quantized_gated_linear(kern::Activation act, const mx::array& x, const
     auto u = mx::quantized_matmul(x, up.w, up.scales, up.biases, true, group_size, bits, "affine");
     return gated_activation(act, g, u, Path::Mlx);
   };
-  std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, {gate, up}, group_size, bits) : kNotCpu;
+  std::string why = s.device == mx::Device::cpu ? multi_unsupported(x, {gate, up}, group_size, bits)
+                                                : gpu_multi_unsupported(x, {gate, up}, group_size, bits);
   if (why.empty() && gate.w.shape(0) != up.w.shape(0)) why = "gate and up projections have different widths";
   if (!use_kernel(path, "quantized_gated_linear", why, gate.layout)) return mlx_op();
   return gated_node(s, act, x, {group_size, bits, gate.layout}, gate.w.shape(0), triples({gate, up}));
@@ -478,17 +490,21 @@ std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, 
   };
   std::string why;
   auto f32 = [](const array& a) { return a.dtype() == mx::float32; };
-  if (s.device != mx::Device::cpu) {
-    why = kNotCpu;
-  } else if (!f32(q) || !f32(k) || !f32(v) ||
-             !std::all_of(rows.begin(), rows.end(), [&](const CacheRow& r) { return f32(r.keys) && f32(r.values); })) {
-    why = "q, k, v and the cache buffers must be float32";
-  } else {
-    for (const auto& row : rows)
-      if (why.empty()) why = rope_unsupported(q, rope, row.offset);
-  }
+  // On the GPU, our kernels when loaded and the step is one they take (gpu.h).
+  if (s.device != mx::Device::cpu) why = gpu::loaded() ? gpu::attention_unsupported(B, L, D, Dv) : kNotCpu;
+  const bool all_f32 = f32(q) && f32(k) && f32(v) &&
+                       std::all_of(rows.begin(), rows.end(), [&](const CacheRow& r) { return f32(r.keys) && f32(r.values); });
+  if (why.empty() && !all_f32) why = "q, k, v and the cache buffers must be float32";
+  for (const auto& row : rows)
+    if (why.empty()) why = rope_unsupported(q, rope, row.offset);
   if (!use_kernel(path, "cached_attention", why)) return unfused(path);
-  std::vector<array> inputs{q, k, v};
+  // The GPU kernels read q, k and v row-major: our products write them so;
+  // anything else (MLX's products split into heads are transposed views) is
+  // made row-major first.
+  auto row_major = [&](const array& a) {
+    return s.device == mx::Device::cpu || pending<QuantizedProduct>(a) ? a : mx::contiguous(a, false, s);
+  };
+  std::vector<array> inputs{row_major(q), row_major(k), row_major(v)};
   CachedAttentionSpec spec{rope_config(rope), {}, scale};
   for (const auto& row : rows) {
     inputs.push_back(row.keys);

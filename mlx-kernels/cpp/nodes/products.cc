@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "mlxcel-mlx/cpp/nodes/gpu.h"
 #include "mlxcel-mlx/cpp/nodes/launch.h"
 
 namespace mlxcel::fast {
@@ -152,6 +153,10 @@ void QuantizedProduct::eval_cpu(const std::vector<array>& inputs, std::vector<ar
                [spec = spec_](std::vector<array>& in, std::vector<array>& out) { run_product(spec, in, out); });
 }
 
+void QuantizedProduct::eval_gpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
+  gpu::eval_product(stream(), spec_, inputs, outputs);
+}
+
 std::vector<mx::Shape> QuantizedGatedProduct::output_shapes(const std::vector<array>& in) {
   auto shape = in[0].shape();
   shape.back() = in[1 + (spec_.prologue && spec_.prologue->weight ? 1 : 0)].shape(0);
@@ -169,6 +174,10 @@ void QuantizedGatedProduct::eval_cpu(const std::vector<array>& inputs, array& ou
     kern::GateArgs ga{g, N, u, N, out.data<float>(), M, N, spec.act};
     kern::table().gate(ga);
   });
+}
+
+void QuantizedGatedProduct::eval_gpu(const std::vector<array>& inputs, array& out) {
+  gpu::eval_gated(stream(), spec_, inputs, out);
 }
 
 std::vector<mx::Shape> QuantizedGather::output_shapes(const std::vector<array>& in) {

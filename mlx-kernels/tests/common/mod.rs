@@ -236,3 +236,32 @@ pub fn kernel() -> fast::Fast {
 pub fn mlx() -> fast::Fast {
     fast::on(fast::Path::Mlx)
 }
+
+/// `b` pairs of random key and value cache buffers `[1, kvh, C, dim]`, the
+/// capacity C of row r being `capacity + 7 r` (rows of different sizes).
+pub fn cache_buffers(rng: &mut StdRng, b: i32, kvh: i32, capacity: i32, dim: i32) -> Vec<(Array, Array)> {
+    (0..b)
+        .map(|row| {
+            let c = capacity + 7 * row;
+            let mut buf = || arr(&normal(rng, (kvh * c * dim) as usize), &[1, kvh, c, dim]);
+            (buf(), buf())
+        })
+        .collect()
+}
+
+/// One cache row per buffer pair, all at `slot` with `visible` positions,
+/// row r's queries starting at position `40 + slot + 3 r`.
+pub fn cache_rows(bufs: &[(Array, Array)], slot: usize, visible: usize, causal: bool) -> Vec<fast::CacheRow<'_>> {
+    bufs.iter()
+        .enumerate()
+        .map(|(row, (keys, values))| fast::CacheRow {
+            offset: 40 + slot + 3 * row,
+            cache: fast::CacheSlot { keys, values, slot, visible, causal },
+        })
+        .collect()
+}
+
+/// RoPE over `dims` features with base 10000, or the wavelengths `freqs`.
+pub fn rope_spec(dims: i32, traditional: bool, freqs: Option<&Array>) -> fast::RopeSpec<'_> {
+    fast::RopeSpec { dims, traditional, base: 10000.0, scale: 1.0, freqs }
+}

@@ -1,0 +1,340 @@
+// The GPU side of our product and cached attention nodes (gpu.h). Built
+// with the `cuda` feature (MLXCEL_CUDA, MLX's CUDA headers); without it the
+// module never loads and the GPU runs MLX's ops only.
+#include "mlxcel-mlx/cpp/nodes/gpu.h"
+
+#include <stdexcept>
+
+#ifdef MLXCEL_CUDA
+#include <dlfcn.h>
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "mlx/backend/cuda/device.h"
+#include "mlx/backend/cuda/utils.h"
+#include "mlxcel-mlx/cpp/nodes/launch.h"
+#include "mlxcel-mlx/cuda/gpu_args.h"
+#endif
+
+namespace mlxcel::fast::gpu {
+
+#ifdef MLXCEL_CUDA
+namespace {
+
+using mx::array;
+
+// The three driver calls we make, looked up in the libcuda.so.1 that MLX's
+// libmlx has loaded (nothing here links against the driver, which exists
+// only on GPU hosts).
+struct Driver {
+  CUresult (*load)(CUmodule*, const void*) = nullptr;
+  CUresult (*function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*error)(CUresult, const char**) = nullptr;
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) throw std::runtime_error(std::string("mlxcel GPU kernels: cannot load libcuda.so.1: ") + dlerror());
+    d.load = reinterpret_cast<decltype(d.load)>(dlsym(lib, "cuModuleLoadData"));
+    d.function = reinterpret_cast<decltype(d.function)>(dlsym(lib, "cuModuleGetFunction"));
+    d.error = reinterpret_cast<decltype(d.error)>(dlsym(lib, "cuGetErrorString"));
+    if (!d.load || !d.function || !d.error)
+      throw std::runtime_error("mlxcel GPU kernels: libcuda.so.1 lacks cuModuleLoadData or cuModuleGetFunction");
+    return d;
+  }();
+  return d;
+}
+
+void check(CUresult r, const std::string& what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* s = nullptr;
+  driver().error(r, &s);
+  throw std::runtime_error("mlxcel GPU kernels: " + what + ": " + (s ? s : "CUDA error " + std::to_string(r)));
+}
+
+// The loaded kernels by name expression (`mlxcel::product<4, __half>`,
+// `mlxcel::cached_attention`).
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<std::string, CUfunction> kernels;
+  bool loaded = false;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+const char* scale_type(mx::Dtype d) {
+  if (d == mx::float16) return "__half";
+  if (d == mx::bfloat16) return "__nv_bfloat16";
+  return "float";
+}
+
+CUfunction kernel(const std::string& expression) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.kernels.find(expression);
+  if (it == r.kernels.end())
+    throw std::runtime_error("mlxcel GPU kernels: the loaded module has no kernel " + expression);
+  return it->second;
+}
+
+// Inputs must be what the kernels index: rows of x with one stride,
+// everything else row-major.
+void require_row_major(const array& a, const char* what) {
+  if (!a.flags().row_contiguous)
+    throw std::runtime_error(std::string("mlxcel GPU product: the ") + what + " is not row-major");
+}
+
+// Fills the part of the arguments every product shares and registers the
+// inputs and outputs with the encoder.
+ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& in, std::vector<array>& out,
+                        QuantSpec quant, int first, int count) {
+  const array& x = in[0];
+  auto ld = row_stride(x);
+  if (!ld) throw std::runtime_error("mlxcel GPU product: x has no single row stride");
+  for (const auto& a : in) enc.set_input_array(a);
+  for (auto& o : out) {
+    o.set_data(mx::allocator::malloc(o.nbytes()));
+    enc.set_output_array(o);
+  }
+  ProductArgs a{};
+  a.x = mx::gpu_ptr<float>(x);
+  a.ldx = *ld;
+  a.k = x.shape(-1);
+  a.rows = static_cast<int>(x.size() / a.k);
+  a.seq = x.ndim() == 3 ? x.shape(1) : 1;
+  a.group = quant.group_size;
+  a.count = count;
+  for (int i = 0; i < count; ++i) {
+    const int wi = first + 3 * i;
+    require_row_major(in[wi], "codes");
+    require_row_major(in[wi + 1], "scales");
+    require_row_major(in[wi + 2], "biases");
+    auto& w = a.w[i];
+    w.codes = mx::gpu_ptr<unsigned>(in[wi]);
+    w.scales = mx::gpu_ptr<void>(in[wi + 1]);
+    w.biases = mx::gpu_ptr<void>(in[wi + 2]);
+    w.n = in[wi].shape(0);
+    a.first_row[i + 1] = a.first_row[i] + w.n;
+  }
+  a.total = a.first_row[count];
+  return a;
+}
+
+void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, int rows_out, ProductArgs& a) {
+  const int warps = kProductThreads / 32;
+  dim3 grid((rows_out + warps - 1) / warps, (a.rows + kRowChunk - 1) / kRowChunk);
+  void* params[] = {&a};
+  enc.add_kernel_node_raw(kernel(expression), grid, dim3(kProductThreads), dim3(), 0, params);
+}
+
+}  // namespace
+
+size_t load_module(const uint8_t* cubin, size_t size, const std::string& names) {
+  if (size < 4 || cubin[0] != 0x7f || cubin[1] != 'E' || cubin[2] != 'L' || cubin[3] != 'F')
+    throw std::runtime_error("mlxcel GPU kernels: the module is not a cubin (no ELF header)");
+  auto& d = driver();
+  mx::cu::device(mx::Device::gpu).make_current();
+  CUmodule module = nullptr;
+  check(d.load(&module, cubin), "loading the module mlxcel_kernels");
+  std::unordered_map<std::string, CUfunction> found;
+  std::istringstream lines(names);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    auto tab = line.find('\t');
+    if (tab == std::string::npos) throw std::runtime_error("mlxcel GPU kernels: a names line has no tab: " + line);
+    CUfunction f = nullptr;
+    const std::string lowered = line.substr(tab + 1);
+    check(d.function(&f, module, lowered.c_str()), "finding kernel " + line.substr(0, tab));
+    found.emplace(line.substr(0, tab), f);
+  }
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.kernels = std::move(found);
+  r.loaded = true;
+  return r.kernels.size();
+}
+
+bool loaded() {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.loaded;
+}
+
+std::string product_unsupported(int bits, mx::Dtype scale_dtype, int64_t rows, kern::WeightLayout layout) {
+  if (!loaded()) return "mlxcel's GPU kernels are not loaded";
+  if (bits != 2 && bits != 4 && bits != 8)
+    return "the GPU kernels take 2-, 4- or 8-bit codes, not " + std::to_string(bits);
+  if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
+  if (rows > kMaxRows) return std::to_string(rows) + " rows is a prompt: MLX's quantized matmul";
+  (void)scale_dtype;  // f32, f16 and bf16 all have kernels
+  return "";
+}
+
+void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<array>& inputs,
+                  std::vector<array>& outputs) {
+  if (spec.prologue) throw std::runtime_error("mlxcel GPU product: no RMS norm prologue on the GPU");
+  auto& enc = mx::cu::get_command_encoder(s);
+  const int n = static_cast<int>(spec.heads.size());
+  ProductArgs a = common_args(enc, inputs, outputs, spec.quant, 1, n);
+  for (int i = 0; i < n; ++i) {
+    a.w[i].out = mx::gpu_ptr<float>(outputs[i]);
+    a.w[i].heads = spec.heads[i];
+  }
+  if (spec.epilogue == Epilogue::AddResidual) {
+    require_row_major(inputs.back(), "residual");
+    a.residual = mx::gpu_ptr<float>(inputs.back());
+  }
+  if (a.rows == 0 || a.total == 0) return;
+  const auto dtype = inputs[spec.weight_input(0) + 1].dtype();
+  add_node(enc,
+           "mlxcel::product<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ">",
+           a.total, a);
+}
+
+void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& inputs, array& out) {
+  if (spec.prologue) throw std::runtime_error("mlxcel GPU product: no RMS norm prologue on the GPU");
+  auto& enc = mx::cu::get_command_encoder(s);
+  std::vector<array> outs{out};
+  // `outs[0]` shares `out`'s array: setting its data sets out's.
+  ProductArgs a = common_args(enc, inputs, outs, spec.quant, 1, 2);
+  a.w[0].out = mx::gpu_ptr<float>(out);
+  if (a.rows == 0 || a.w[0].n == 0) return;
+  const int act = spec.act == kern::Activation::Silu ? kActSilu : kActGeluTanh;
+  const auto dtype = inputs[2].dtype();
+  add_node(enc,
+           "mlxcel::gated<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ", " +
+               std::to_string(act) + ">",
+           a.w[0].n, a);
+}
+
+std::string attention_unsupported(int batch, int seq, int dim, int vdim) {
+  if (!loaded()) return "mlxcel's GPU kernels are not loaded";
+  if (batch > kMaxAttentionRows) return std::to_string(batch) + " sequences: at most 32 in one GPU attention step";
+  if (seq > kMaxRows) return std::to_string(seq) + " positions is a prompt: MLX's attention";
+  if (dim > kMaxHeadDim || vdim > kMaxHeadDim) return "head dimensions above 256";
+  return "";
+}
+
+void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const std::vector<array>& inputs,
+                           std::vector<array>& outputs) {
+  const int B = static_cast<int>(spec.rows.size());
+  const array &q = inputs[0], &k = inputs[1], &v = inputs[2];
+  require_row_major(q, "queries");
+  require_row_major(k, "keys");
+  require_row_major(v, "values");
+  auto& enc = mx::cu::get_command_encoder(s);
+  // Each buffer is written in place when this node holds its only reference
+  // (as MLX's SliceUpdate does; CachedAttention::eval_gpu has dropped the
+  // siblings' references); otherwise it is copied first.
+  std::vector<int> copies;
+  for (int i = 0; i < 2 * B; ++i) {
+    const array& buf = inputs[3 + i];
+    require_row_major(buf, "cache buffer");
+    array& out = outputs[1 + i];
+    if (buf.is_donatable() && buf.data_size() == buf.size()) {
+      out.copy_shared_buffer(buf);
+    } else {
+      out.set_data(mx::allocator::malloc(out.nbytes()));
+      copies.push_back(i);
+    }
+  }
+  outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
+  for (int i : copies) {
+    const array& src = inputs[3 + i];
+    array& dst = outputs[1 + i];
+    enc.set_input_array(src);
+    enc.set_output_array(dst);
+    long long n = static_cast<long long>(dst.size());
+    const float* from = mx::gpu_ptr<float>(src);
+    float* to = mx::gpu_ptr<float>(dst);
+    void* params[] = {&from, &to, &n};
+    const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
+    enc.add_kernel_node_raw(kernel("mlxcel::copy_floats"), dim3(std::max(blocks, 1u)), dim3(256), dim3(), 0, params);
+  }
+  AttentionArgs a{};
+  a.q = mx::gpu_ptr<float>(q);
+  a.k = mx::gpu_ptr<float>(k);
+  a.v = mx::gpu_ptr<float>(v);
+  a.out = mx::gpu_ptr<float>(outputs[0]);
+  a.freqs = spec.rope.has_freqs ? mx::gpu_ptr<float>(inputs[3 + 2 * B]) : nullptr;
+  a.batch = B;
+  a.heads = q.shape(1);
+  a.kv_heads = k.shape(1);
+  a.seq = q.shape(2);
+  a.dim = q.shape(3);
+  a.vdim = v.shape(3);
+  a.rope_dims = spec.rope.dims;
+  a.rope_traditional = spec.rope.traditional ? 1 : 0;
+  a.rope_base = spec.rope.base;
+  a.rope_scale = spec.rope.scale;
+  a.scale = spec.scale;
+  for (int b = 0; b < B; ++b) {
+    const auto& step = spec.rows[b];
+    auto& r = a.rows[b];
+    r.keys = mx::gpu_ptr<float>(outputs[1 + 2 * b]);
+    r.values = mx::gpu_ptr<float>(outputs[2 + 2 * b]);
+    r.capacity = outputs[1 + 2 * b].shape(2);
+    r.offset = step.offset;
+    r.slot = step.slot;
+    r.visible = step.visible;
+    r.causal = step.causal ? 1 : 0;
+  }
+  // Rotated keys and the values into the buffers...
+  for (const auto& in : inputs) enc.set_input_array(in);
+  for (int i = 0; i < 2 * B; ++i) enc.set_output_array(outputs[1 + i]);
+  void* params[] = {&a};
+  if (a.seq > 0)
+    enc.add_kernel_node_raw(kernel("mlxcel::rope_write"), dim3(a.seq, a.kv_heads, B), dim3(kWriteThreads), dim3(), 0,
+                            params);
+  // ...then the attention, which reads them.
+  enc.set_input_array(q);
+  for (int i = 0; i < 2 * B; ++i) enc.set_input_array(outputs[1 + i]);
+  if (a.freqs) enc.set_input_array(inputs[3 + 2 * B]);
+  enc.set_output_array(outputs[0]);
+  if (a.seq > 0 && a.heads > 0)
+    enc.add_kernel_node_raw(kernel("mlxcel::cached_attention"), dim3(a.heads, a.seq, B), dim3(kAttentionThreads),
+                            dim3(), 0, params);
+}
+
+#else  // without the cuda feature
+
+size_t load_module(const uint8_t*, size_t, const std::string&) {
+  throw std::runtime_error("mlxcel GPU kernels: this build has no CUDA support (build with --features cuda)");
+}
+
+bool loaded() { return false; }
+
+std::string product_unsupported(int, mx::Dtype, int64_t, kern::WeightLayout) {
+  return "this build has no CUDA kernels";
+}
+
+void eval_product(mx::Stream, const ProductSpec&, const std::vector<mx::array>&, std::vector<mx::array>&) {
+  throw std::runtime_error("mlxcel GPU product: this build has no CUDA support");
+}
+
+void eval_gated(mx::Stream, const GatedSpec&, const std::vector<mx::array>&, mx::array&) {
+  throw std::runtime_error("mlxcel GPU product: this build has no CUDA support");
+}
+
+std::string attention_unsupported(int, int, int, int) { return "this build has no CUDA kernels"; }
+
+void eval_cached_attention(mx::Stream, const CachedAttentionSpec&, const std::vector<mx::array>&,
+                           std::vector<mx::array>&) {
+  throw std::runtime_error("mlxcel GPU attention: this build has no CUDA support");
+}
+
+#endif
+
+}  // namespace mlxcel::fast::gpu

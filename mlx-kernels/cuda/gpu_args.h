@@ -1,0 +1,105 @@
+// The arguments of mlxcel's CUDA kernels (kernels.cu), passed by value as
+// each kernel's one parameter. Included by the kernels (NVRTC, as an
+// in-memory header) and by the host code that fills them
+// (cpp/nodes/gpu.cc), so both see one layout. Plain C++ without standard headers: NVRTC
+// compiles it without a C++ library.
+#pragma once
+
+namespace mlxcel {
+
+/// Weights one product node may fuse (q, k, v; gate and up).
+constexpr int kMaxGpuWeights = 8;
+/// Rows of x one block applies a weight row to (blockIdx.y picks the chunk).
+constexpr int kRowChunk = 8;
+/// Threads per block: four warps, one output row each.
+constexpr int kProductThreads = 128;
+
+/// The gated kernels' activations (kern::Activation's values, offset by one
+/// so that 0 is no activation).
+constexpr int kActSilu = 1;
+constexpr int kActGeluTanh = 2;
+
+/// One affine-quantized matrix `W [n, k]` and where its output goes.
+struct GpuWeight {
+  /// Codes, `[n, k · bits / 32]` words.
+  const unsigned* codes;
+  /// Scales and biases, `[n, k / group]` of the kernel's scale type.
+  const void* scales;
+  const void* biases;
+  /// The output: `[rows, n]`, or `[B, heads, L, n / heads]` when heads > 0.
+  float* out;
+  int n;
+  int heads;
+};
+
+/// One launch: x `[rows, k]` (row stride ldx) times every weight.
+struct ProductArgs {
+  const float* x;
+  long long ldx;
+  /// Rows of x (B · L) and the sequence length L (for the heads layout).
+  int rows;
+  int seq;
+  int k;
+  int group;
+  /// Weights, and the first output row of each among all of them
+  /// (`first_row[count]` = `total`).
+  int count;
+  int total;
+  int first_row[kMaxGpuWeights + 1];
+  GpuWeight w[kMaxGpuWeights];
+  /// Added to the single plain output (`[rows, n]`), or null.
+  const float* residual;
+};
+
+/// Sequences one attention launch serves (a decode step's batch).
+constexpr int kMaxAttentionRows = 32;
+/// The largest head dimension of queries, keys and values.
+constexpr int kMaxHeadDim = 256;
+/// Threads of the attention kernel: eight warps, each over every eighth
+/// position.
+constexpr int kAttentionThreads = 256;
+constexpr int kAttentionWarps = kAttentionThreads / 32;
+/// Threads of the RoPE-and-cache-write kernel.
+constexpr int kWriteThreads = 128;
+
+/// One sequence's KV cache buffers (`[KVH, capacity, D]` and
+/// `[KVH, capacity, Dv]`, row-major) and its step.
+struct CacheRowArgs {
+  float* keys;
+  float* values;
+  int capacity;
+  /// Position of the step's first query and key (RoPE).
+  int offset;
+  /// First buffer position written.
+  int slot;
+  /// Positions attended over: [0, visible).
+  int visible;
+  /// Query i sees positions up to visible - L + i.
+  int causal;
+};
+
+/// One cached attention step of `batch` sequences: q `[B, H, L, D]`, k
+/// `[B, KVH, L, D]`, v `[B, KVH, L, Dv]` (row-major, not yet rotated);
+/// the output `[B, L, H · Dv]` (heads merged).
+struct AttentionArgs {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  /// RoPE: wavelengths `[rope_dims / 2]`, or null for base^(-2i/dims).
+  const float* freqs;
+  int batch;
+  int heads;
+  int kv_heads;
+  int seq;
+  int dim;
+  int vdim;
+  int rope_dims;
+  int rope_traditional;
+  float rope_base;
+  float rope_scale;
+  float scale;
+  CacheRowArgs rows[kMaxAttentionRows];
+};
+
+}  // namespace mlxcel

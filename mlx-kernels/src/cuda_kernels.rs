@@ -1,0 +1,132 @@
+//! mlxcel's own CUDA kernels: their source, how to compile them, and
+//! loading the compiled module into the process.
+//!
+//! The quantized products of a decode step (q/k/v, the output projection
+//! with its residual, the gated MLP's gate and up, the down projection) and
+//! its attention over the KV cache (RoPE, the cache writes and the
+//! attention) run as one or two kernels each on the GPU instead of MLX's
+//! several operations (`cuda/kernels.cu`; `cpp/nodes/gpu.h` says which
+//! inputs they take). `mlxcel-compile --target cuda-smXY` compiles
+//! [`program`] with NVRTC, on a machine without a GPU, into the bundle's
+//! module [`MODULE`]; the runtime hands it to [`load`] before the first GPU
+//! step. Until a module is loaded, the GPU runs MLX's operations only.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::ffi::bridge;
+use crate::nvrtc::{Header, Program};
+
+/// The module's name: its files in a kernel cache folder are
+/// `mlxcel_kernels.ptx` (the cubin) and `mlxcel_kernels.txt` (each
+/// kernel's name expression, a tab and its lowered name), as MLX's own.
+pub const MODULE: &str = "mlxcel_kernels";
+
+/// The module's CUDA source, and the headers it includes (handed to NVRTC
+/// in memory): the argument layout the host code shares, the products and
+/// the attention.
+pub const SOURCE: &str = include_str!("../cuda/kernels.cu");
+const HEADERS: [(&str, &str); 3] = [
+    ("gpu_args.h", include_str!("../cuda/gpu_args.h")),
+    ("products.cuh", include_str!("../cuda/products.cuh")),
+    ("attention.cuh", include_str!("../cuda/attention.cuh")),
+];
+
+/// Code widths with kernels (codes that divide a 32-bit word).
+pub const BITS: [u32; 3] = [2, 4, 8];
+
+/// The CUDA types of scales and biases with kernels (f32, f16, bf16).
+pub const SCALE_TYPES: [&str; 3] = ["float", "__half", "__nv_bfloat16"];
+
+/// The gated kernels' activations (SiLU, GELU-tanh), as `gpu_args.h` numbers them.
+pub const ACTIVATIONS: [u32; 2] = [1, 2];
+
+/// The attention kernels (RoPE and cache writes; attention; the copy of a
+/// cache buffer that cannot be written in place).
+pub const ATTENTION_KERNELS: [&str; 3] = ["mlxcel::rope_write", "mlxcel::cached_attention", "mlxcel::copy_floats"];
+
+/// Every kernel's name expression, as `cpp/nodes/gpu.cc` looks them up:
+/// `mlxcel::product<BITS, SCALE>`, `mlxcel::gated<BITS, SCALE, ACT>`, then
+/// [`ATTENTION_KERNELS`].
+pub fn name_expressions() -> Vec<String> {
+    let mut names = Vec::new();
+    for bits in BITS {
+        for scale in SCALE_TYPES {
+            names.push(format!("mlxcel::product<{bits}, {scale}>"));
+            for act in ACTIVATIONS {
+                names.push(format!("mlxcel::gated<{bits}, {scale}, {act}>"));
+            }
+        }
+    }
+    names.extend(ATTENTION_KERNELS.iter().map(|k| k.to_string()));
+    names
+}
+
+/// The NVRTC program of the module for `arch` (`sm_90a`), with the CUDA
+/// runtime's headers (`cuda_fp16.h`, `cuda_bf16.h`) from `cuda_include`.
+pub fn program(arch: &str, cuda_include: &Path) -> Program {
+    Program {
+        name: format!("{MODULE}.cu"),
+        source: SOURCE.to_string(),
+        headers: HEADERS
+            .iter()
+            .map(|(name, source)| Header { include_name: name.to_string(), source: source.to_string() })
+            .collect(),
+        name_expressions: name_expressions(),
+        options: vec![
+            format!("--gpu-architecture={arch}"),
+            format!("--include-path={}", cuda_include.display()),
+            "-std=c++17".into(),
+        ],
+    }
+}
+
+/// Loads a compiled module (its cubin and its `NAME.txt`) into MLX's CUDA
+/// context; from then on the GPU's quantized products and cached attention
+/// steps of up to 32 rows take mlxcel's kernels. Returns the number of
+/// kernels. Fails in a build without the `cuda` feature, without a GPU, or
+/// when the cubin is not for this GPU.
+pub fn load(cubin: &[u8], names: &str) -> Result<usize> {
+    bridge::load_gpu_kernels(cubin, names).map_err(|e| Error::Device(e.what().to_string()))
+}
+
+/// Whether [`load`] has succeeded in this process.
+pub fn loaded() -> bool {
+    bridge::gpu_kernels_loaded()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvrtc::Nvrtc;
+    use std::path::PathBuf;
+
+    fn cu13() -> PathBuf {
+        let deps = std::env::var_os("MLXCEL_DEPS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps"));
+        let dir = deps.join("nvrtc-13/nvidia/cu13");
+        assert!(dir.join("lib/libnvrtc.so.13").is_file(), "{} is missing: run `make setup-cuda`", dir.display());
+        dir
+    }
+
+    #[test]
+    fn every_kernel_compiles_for_hopper() {
+        let dir = cu13();
+        let nvrtc = Nvrtc::open(dir.join("lib/libnvrtc.so.13")).unwrap();
+        let out = nvrtc.compile(&program("sm_90a", &dir.join("include"))).unwrap();
+        assert_eq!(&out.cubin[..4], b"\x7fELF");
+        assert_eq!(out.lowered_names.len(), 30);
+        assert_eq!(out.lowered_names[29].0, "mlxcel::copy_floats");
+        let (expression, lowered) = &out.lowered_names[1];
+        assert_eq!(expression, "mlxcel::gated<2, float, 1>");
+        assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1EEEvNS_11ProductArgsE"), "{lowered}");
+    }
+
+    #[test]
+    fn loading_needs_a_cubin() {
+        // Fails the same way with and without the `cuda` feature: never loaded.
+        assert!(load(b"not a cubin", "").is_err());
+        assert!(!loaded());
+    }
+}

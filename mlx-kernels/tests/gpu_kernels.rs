@@ -1,0 +1,268 @@
+//! mlxcel's CUDA kernels (cuda/kernels.cu) against MLX's own operations on
+//! the same GPU: the products against MLX's quantized matmul (every code
+//! width, group size and scale type the kernels take, 1 to 32 rows, heads,
+//! residuals and the gated activations; batch invariance), and the cached
+//! attention step against MLX's RoPE, slice updates and attention (GQA,
+//! causal steps, every RoPE variant, donated and shared cache buffers).
+//!
+//! Runs on a CUDA GPU only (the `cuda` feature, `MLXCEL_DEVICE=gpu`; the
+//! recipe is docs/cuda.md): the module is compiled here with NVRTC from
+//! `MLXCEL_CUDA_SITE` (the folder holding the `nvidia/cu13` Python
+//! packages: `lib/libnvrtc.so.13`, `include/cuda_fp16.h`), as
+//! `mlxcel-compile --target cuda-smXY` would, and loaded.
+//!
+//! Tolerance of the products: both sides accumulate in f32 over K products, in different
+//! orders (ours per 32-bit word then across lanes; MLX's per thread tile);
+//! each order is within K·2⁻²⁴ of the exact sum relative to Σ|terms|, so
+//! the two differ by at most ~2·K·6e-8·Σ|x w|. With K ≤ 1024 and
+//! standard-normal data that is below 1e-4 of the output's scale; the test
+//! allows 2e-4 of the largest |reference|. The attention's: keys rotated
+//! with the CPU node's angles (f32 (pos·scale)·inv, cosf/sinf), MLX's CUDA
+//! RoPE computes them its own way: angles up to 2^7 rad carry a few ulp
+//! (3.8e-6 each at 64) of difference, so |x| ≲ 5 allows 1e-4 absolute;
+//! values copied exactly. The attention's reference is MLX's own ops on
+//! the CPU (f32 throughout: on the GPU MLX's attention multiplies on TF32
+//! tensor cores for several queries or wide heads, ~3e-4 relative a
+//! product), and the outputs agree within 2e-4 (the CPU kernel's bound
+//! against MLX, attention.rs, is 1e-4 for |v| ≲ 5; the keys' difference
+//! moves a score by at most ~1e-5·√D·scale more).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Once;
+
+use common::*;
+use mlxcel_mlx::fast::{self, GateActivation, Path};
+use mlxcel_mlx::nvrtc::Nvrtc;
+use mlxcel_mlx::{Array, Device, Dtype, QuantMode, Quantized, cuda_kernels, device};
+
+/// Compiles and loads the products module once per process.
+fn load() {
+    static LOAD: Once = Once::new();
+    LOAD.call_once(|| {
+        init();
+        let arch = device::cuda_arch().expect("these tests need a CUDA GPU (MLXCEL_DEVICE=gpu)");
+        let site = PathBuf::from(std::env::var_os("MLXCEL_CUDA_SITE").expect("set MLXCEL_CUDA_SITE"));
+        let cu13 = site.join("nvidia/cu13");
+        let nvrtc = Nvrtc::open(cu13.join("lib/libnvrtc.so.13")).unwrap();
+        let compiled = nvrtc.compile(&cuda_kernels::program(&arch, &cu13.join("include"))).unwrap();
+        let names: String = compiled.lowered_names.iter().map(|(e, l)| format!("{e}\t{l}\n")).collect();
+        let kernels = cuda_kernels::load(&compiled.cubin, &names).unwrap();
+        assert_eq!(kernels, cuda_kernels::name_expressions().len());
+        assert!(cuda_kernels::loaded());
+    });
+}
+
+fn quantized(rng: &mut rand::rngs::StdRng, n: usize, k: usize, group: i32, bits: i32, scales: Dtype) -> Quantized {
+    let w = arr(&normal(rng, n * k), &[n as i32, k as i32]).astype(scales).unwrap();
+    w.quantize(group, bits, QuantMode::Affine).unwrap()
+}
+
+/// Largest |a - b| and largest |b|.
+fn compare(what: &str, got: &Array, want: &Array) {
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    let (g, w) = (vals(got), vals(want));
+    let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = g.iter().zip(&w).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst <= 2e-4 * scale.max(1.0), "{what}: largest difference {worst} (reference scale {scale})");
+}
+
+/// Runs `f` with the CPU as the default device (MLX's arrays live in
+/// unified memory, so the same inputs serve both), then the GPU again.
+fn on_cpu<T>(f: impl FnOnce() -> T) -> T {
+    device::set_default_device(Device::Cpu).unwrap();
+    let out = f();
+    device::set_default_device(Device::Gpu).unwrap();
+    out
+}
+
+fn ops_of(x: &Array) -> Vec<String> {
+    fast::pending_ops(&[x])
+}
+
+#[test]
+fn products_match_mlx_every_width_group_and_scale_type() {
+    load();
+    let (mut rng, _) = rng("products_match_mlx_every_width_group_and_scale_type");
+    for bits in [2, 4, 8] {
+        for group in [32, 64, 128] {
+            for scales in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+                // Eight rows and more take MLX's tiled matmul, which MLX
+                // compiles at run time for each form: a few forms only.
+                let many = (bits, group) == (4, 32) || (bits, group, scales) == (8, 64, Dtype::F32);
+                let rows: &[usize] = if many { &[1, 3, 7, 8, 9, 32] } else { &[1, 3, 7] };
+                for &rows in rows {
+                    let (n, k) = (96usize, 384usize);
+                    let q = quantized(&mut rng, n, k, group, bits, scales);
+                    let x = arr(&normal(&mut rng, rows * k), &[rows as i32, 1, k as i32]);
+                    let what = format!("bits {bits} group {group} scales {scales:?} rows {rows}");
+                    let ours = fast::on(Path::Kernel).quantized_linear(&x, &q).unwrap();
+                    assert!(ops_of(&ours).iter().any(|o| o.contains("Mlxcel")), "{what}: {:?}", ops_of(&ours));
+                    let mlx = fast::on(Path::Mlx).quantized_linear(&x, &q).unwrap();
+                    compare(&what, &ours, &mlx);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn heads_residual_and_gates() {
+    load();
+    let (mut rng, _) = rng("heads_residual_and_gates");
+    let (k, batch) = (576usize, 4usize);
+    let q = quantized(&mut rng, 576, k, 64, 4, Dtype::BF16);
+    let kv = quantized(&mut rng, 192, k, 64, 4, Dtype::BF16);
+    let x = arr(&normal(&mut rng, batch * k), &[batch as i32, 1, k as i32]);
+    // q, k, v in one node, split into heads.
+    let ours = fast::on(Path::Kernel).quantized_linear_heads(&x, &[(&q, 9), (&kv, 3), (&kv, 3)]).unwrap();
+    let mlx = fast::on(Path::Mlx).quantized_linear_heads(&x, &[(&q, 9), (&kv, 3), (&kv, 3)]).unwrap();
+    for (i, (a, b)) in ours.iter().zip(&mlx).enumerate() {
+        compare(&format!("heads output {i}"), a, b);
+    }
+    // A residual added to a pending product joins it.
+    let h = arr(&normal(&mut rng, batch * 576), &[batch as i32, 1, 576]);
+    let y = fast::on(Path::Kernel).quantized_linear(&x, &q).unwrap();
+    let fused = fast::on(Path::Kernel).add(&h, &y).unwrap();
+    assert!(!ops_of(&fused).iter().any(|o| o == "Add"), "{:?}", ops_of(&fused));
+    let plain = fast::on(Path::Mlx).quantized_linear(&x, &q).unwrap().add(&h).unwrap();
+    compare("residual", &fused, &plain);
+    // Gate and up with each activation.
+    let gate = quantized(&mut rng, 1536, k, 32, 8, Dtype::F16);
+    let up = quantized(&mut rng, 1536, k, 32, 8, Dtype::F16);
+    for act in [GateActivation::Silu, GateActivation::GeluApprox] {
+        let ours = fast::on(Path::Kernel).quantized_gated_linear(&x, &gate, &up, act).unwrap();
+        let mlx = fast::on(Path::Mlx).quantized_gated_linear(&x, &gate, &up, act).unwrap();
+        compare(&format!("gated {act:?}"), &ours, &mlx);
+    }
+}
+
+#[test]
+fn a_row_gets_the_same_bits_alone_and_in_a_batch() {
+    load();
+    let (mut rng, _) = rng("a_row_gets_the_same_bits_alone_and_in_a_batch");
+    let k = 576usize;
+    let q = quantized(&mut rng, 1536, k, 32, 4, Dtype::BF16);
+    let data = normal(&mut rng, 16 * k);
+    let batch = fast::on(Path::Kernel).quantized_linear(&arr(&data, &[16, 1, k as i32]), &q).unwrap();
+    let batch = vals(&batch);
+    for r in [0usize, 7, 8, 15] {
+        let alone = arr(&data[r * k..(r + 1) * k], &[1, 1, k as i32]);
+        let alone = vals(&fast::on(Path::Kernel).quantized_linear(&alone, &q).unwrap());
+        assert_eq!(alone, batch[r * 1536..(r + 1) * 1536], "row {r}");
+    }
+}
+
+#[test]
+fn prompts_stay_mlx_ops() {
+    load();
+    let (mut rng, _) = rng("prompts_stay_mlx_ops");
+    let q = quantized(&mut rng, 64, 256, 64, 4, Dtype::F32);
+    let x = arr(&normal(&mut rng, 33 * 256), &[1, 33, 256]);
+    let y = fast::on(Path::Auto).quantized_linear(&x, &q).unwrap();
+    assert!(!ops_of(&y).iter().any(|o| o.contains("Mlxcel")), "{:?}", ops_of(&y));
+    // 5-bit codes have no GPU kernel: MLX's op on Auto, an error naming why on Kernel.
+    let q5 = quantized(&mut rng, 64, 256, 64, 5, Dtype::F32);
+    let x1 = arr(&normal(&mut rng, 256), &[1, 1, 256]);
+    assert!(!ops_of(&fast::on(Path::Auto).quantized_linear(&x1, &q5).unwrap()).iter().any(|o| o.contains("Mlxcel")));
+    let err = fast::on(Path::Kernel).quantized_linear(&x1, &q5).unwrap_err().to_string();
+    assert!(err.contains("2-, 4- or 8-bit"), "{err}");
+}
+
+#[test]
+fn cached_attention_matches_mlx() {
+    load();
+    let (mut rng, _) = rng("cached_attention_matches_mlx");
+    let freqs = arr(&uniform(&mut rng, 16, 1.0, 5000.0), &[16]);
+    let kernel = || fast::on(Path::Kernel);
+    let mlx = || fast::on(Path::Mlx);
+    // (batch, queries, slot, visible, causal)
+    let steps =
+        [(1i32, 1i32, 20usize, 21usize, false), (3, 1, 5, 33, false), (2, 7, 13, 20, true), (4, 1, 40, 41, true)];
+    for (h, kvh) in [(9i32, 3i32), (4, 1)] {
+        for dim in [64i32, 256] {
+            for (b, l, slot, visible, causal) in steps {
+                for (dims, traditional, use_freqs) in [(dim, false, false), (32, true, false), (32, false, true)] {
+                    let q = arr(&normal(&mut rng, (b * h * l * dim) as usize), &[b, h, l, dim]);
+                    let k = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
+                    let v = arr(&normal(&mut rng, (b * kvh * l * dim) as usize), &[b, kvh, l, dim]);
+                    let bufs = cache_buffers(&mut rng, b, kvh, 48, dim);
+                    let rope = rope_spec(dims, traditional, use_freqs.then_some(&freqs));
+                    let rows = cache_rows(&bufs, slot, visible, causal);
+                    let scale = 1.0 / (dim as f32).sqrt();
+                    let what = format!("b={b} h={h}/{kvh} d={dim} l={l} slot={slot} visible={visible} dims={dims}");
+                    let want = on_cpu(|| {
+                        let w = mlx().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
+                        let all: Vec<&Array> =
+                            std::iter::once(&w.out).chain(w.caches.iter().flat_map(|(k, v)| [k, v])).collect();
+                        fast::eval(&all).unwrap();
+                        w
+                    });
+                    let got = kernel().cached_attention(&q, &k, &v, &rope, &rows, scale).unwrap();
+                    assert!(ops_of(&got.out).iter().any(|o| o == "MlxcelCachedAttention"), "{what}");
+                    assert_eq!(got.out.shape(), vec![b, l, h * dim], "{what}");
+                    for (row, ((kb, vb), (wk, wv))) in got.caches.iter().zip(&want.caches).enumerate() {
+                        assert_close(&format!("{what} row {row} keys"), &vals(kb), &vals(wk), 0.0, 1e-4);
+                        assert_eq!(vals(vb), vals(wv), "{what} row {row} values");
+                    }
+                    assert_close(&format!("{what} out"), &vals(&got.out), &vals(&want.out), 0.0, 2e-4);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_rows_get_the_same_bits_alone_and_in_a_batch() {
+    load();
+    let (mut rng, _) = rng("attention_rows_get_the_same_bits_alone_and_in_a_batch");
+    let (h, kvh, d) = (9i32, 3i32, 64i32);
+    let rope = fast::RopeSpec { dims: d, traditional: false, base: 10000.0, scale: 1.0, freqs: None };
+    let b = 5i32;
+    let q = normal(&mut rng, (b * h * d) as usize);
+    let k = normal(&mut rng, (b * kvh * d) as usize);
+    let v = normal(&mut rng, (b * kvh * d) as usize);
+    let caps: Vec<i32> = (0..b).map(|r| 30 + 11 * r).collect();
+    let bufs: Vec<(Vec<f32>, Vec<f32>)> = caps
+        .iter()
+        .map(|&c| (normal(&mut rng, (kvh * c * d) as usize), normal(&mut rng, (kvh * c * d) as usize)))
+        .collect();
+    let run = |rows: std::ops::Range<i32>| {
+        let n = rows.len() as i32;
+        let take = |x: &[f32], heads: i32| {
+            arr(&x[(rows.start * heads * d) as usize..(rows.end * heads * d) as usize], &[n, heads, 1, d])
+        };
+        let (q, k, v) = (take(&q, h), take(&k, kvh), take(&v, kvh));
+        let arrays: Vec<(Array, Array)> = rows
+            .clone()
+            .map(|r| {
+                let c = caps[r as usize];
+                (arr(&bufs[r as usize].0, &[1, kvh, c, d]), arr(&bufs[r as usize].1, &[1, kvh, c, d]))
+            })
+            .collect();
+        let steps: Vec<fast::CacheRow> = arrays
+            .iter()
+            .zip(rows.clone())
+            .map(|((keys, values), r)| {
+                let slot = 3 + 4 * r as usize;
+                fast::CacheRow {
+                    offset: 100 * r as usize + slot,
+                    cache: fast::CacheSlot { keys, values, slot, visible: slot + 1, causal: true },
+                }
+            })
+            .collect();
+        let got = fast::on(Path::Kernel).cached_attention(&q, &k, &v, &rope, &steps, 0.125).unwrap();
+        let out = vals(&got.out);
+        let caches: Vec<(Vec<f32>, Vec<f32>)> = got.caches.iter().map(|(kb, vb)| (vals(kb), vals(vb))).collect();
+        (out, caches)
+    };
+    let (all, all_caches) = run(0..b);
+    let width = (h * d) as usize;
+    for r in 0..b {
+        let (alone, caches) = run(r..r + 1);
+        assert_eq!(alone, all[r as usize * width..(r as usize + 1) * width], "row {r} output");
+        assert_eq!(caches[0], all_caches[r as usize], "row {r} buffers");
+    }
+}
