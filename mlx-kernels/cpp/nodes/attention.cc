@@ -174,31 +174,17 @@ std::vector<mx::Shape> CachedAttention::shapes(const std::vector<array>& in, int
   return out;
 }
 
-namespace {
-
-// Every output of a multi-output node holds its own copy of the inputs
-// (array::make_arrays), so each cache buffer has one reference per output
-// here and is never donatable. MLX drops the siblings' copies right after
-// the node runs (array::detach, unless the node is traced); dropping them now
-// lets a buffer nothing else holds be written in place.
-void drop_sibling_inputs(const std::vector<array>& inputs, std::vector<array>& outputs) {
-  if (outputs[0].is_tracer()) return;
-  for (auto& out : outputs)
-    if (&out.inputs() != &inputs) out.inputs().clear();
-}
-
-}  // namespace
-
-void CachedAttention::eval_gpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
-  drop_sibling_inputs(inputs, outputs);
-  gpu::eval_cached_attention(stream(), spec_, inputs, outputs);
-}
-
-void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
-  drop_sibling_inputs(inputs, outputs);
-  // Each buffer is written in place when this node holds its only reference
-  // (as MLX's SliceUpdate does); otherwise the task copies it.
-  const size_t buffers = 2 * spec_.rows.size();
+std::vector<bool> claim_cache_buffers(const std::vector<array>& inputs, std::vector<array>& outputs) {
+  // Every output of a multi-output node holds its own copy of the inputs
+  // (array::make_arrays), so each cache buffer has one reference per output
+  // here and is never donatable. MLX drops the siblings' copies right after
+  // the node runs (array::detach, unless the node is traced); dropping them
+  // now lets a buffer nothing else holds be written in place.
+  if (!outputs[0].is_tracer()) {
+    for (auto& out : outputs)
+      if (&out.inputs() != &inputs) out.inputs().clear();
+  }
+  const size_t buffers = outputs.size() - 1;
   std::vector<bool> donated(buffers);
   for (size_t i = 0; i < buffers; ++i) {
     const array& buf = inputs[3 + i];
@@ -211,6 +197,16 @@ void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<arr
     }
   }
   outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
+  return donated;
+}
+
+void CachedAttention::eval_gpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
+  auto donated = claim_cache_buffers(inputs, outputs);
+  gpu::eval_cached_attention(stream(), spec_, inputs, outputs, donated);
+}
+
+void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
+  auto donated = claim_cache_buffers(inputs, outputs);
   dispatch_multi(*this, inputs, outputs,
                  [spec = spec_, keep = std::move(donated)](std::vector<array>& ins, std::vector<array>& outs) {
                    run_cached(spec, keep, ins, outs);

@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -65,7 +66,8 @@ void check(CUresult r, const std::string& what) {
 struct Registry {
   std::mutex mutex;
   std::unordered_map<std::string, CUfunction> kernels;
-  bool loaded = false;
+  // Read on every graph-building call of ops.cc: no lock for it.
+  std::atomic<bool> loaded{false};
 };
 
 Registry& registry() {
@@ -162,23 +164,18 @@ size_t load_module(const uint8_t* cubin, size_t size, const std::string& names) 
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   r.kernels = std::move(found);
-  r.loaded = true;
+  r.loaded.store(true, std::memory_order_release);
   return r.kernels.size();
 }
 
-bool loaded() {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  return r.loaded;
-}
+bool loaded() { return registry().loaded.load(std::memory_order_acquire); }
 
-std::string product_unsupported(int bits, mx::Dtype scale_dtype, int64_t rows, kern::WeightLayout layout) {
+std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
   if (bits != 2 && bits != 4 && bits != 8)
     return "the GPU kernels take 2-, 4- or 8-bit codes, not " + std::to_string(bits);
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (rows > kMaxRows) return std::to_string(rows) + " rows is a prompt: MLX's quantized matmul";
-  (void)scale_dtype;  // f32, f16 and bf16 all have kernels
   return "";
 }
 
@@ -228,31 +225,19 @@ std::string attention_unsupported(int batch, int seq, int dim, int vdim) {
 }
 
 void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const std::vector<array>& inputs,
-                           std::vector<array>& outputs) {
+                           std::vector<array>& outputs, const std::vector<bool>& donated) {
   const int B = static_cast<int>(spec.rows.size());
   const array &q = inputs[0], &k = inputs[1], &v = inputs[2];
   require_row_major(q, "queries");
   require_row_major(k, "keys");
   require_row_major(v, "values");
   auto& enc = mx::cu::get_command_encoder(s);
-  // Each buffer is written in place when this node holds its only reference
-  // (as MLX's SliceUpdate does; CachedAttention::eval_gpu has dropped the
-  // siblings' references); otherwise it is copied first.
-  std::vector<int> copies;
+  // Buffers not written in place are copied first (a flat copy: the
+  // kernels index every buffer row-major).
   for (int i = 0; i < 2 * B; ++i) {
-    const array& buf = inputs[3 + i];
-    require_row_major(buf, "cache buffer");
-    array& out = outputs[1 + i];
-    if (buf.is_donatable() && buf.data_size() == buf.size()) {
-      out.copy_shared_buffer(buf);
-    } else {
-      out.set_data(mx::allocator::malloc(out.nbytes()));
-      copies.push_back(i);
-    }
-  }
-  outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
-  for (int i : copies) {
+    if (donated[i]) continue;
     const array& src = inputs[3 + i];
+    require_row_major(src, "cache buffer");
     array& dst = outputs[1 + i];
     enc.set_input_array(src);
     enc.set_output_array(dst);
@@ -316,7 +301,7 @@ size_t load_module(const uint8_t*, size_t, const std::string&) {
 
 bool loaded() { return false; }
 
-std::string product_unsupported(int, mx::Dtype, int64_t, kern::WeightLayout) {
+std::string product_unsupported(int, int64_t, kern::WeightLayout) {
   return "this build has no CUDA kernels";
 }
 
@@ -331,7 +316,7 @@ void eval_gated(mx::Stream, const GatedSpec&, const std::vector<mx::array>&, mx:
 std::string attention_unsupported(int, int, int, int) { return "this build has no CUDA kernels"; }
 
 void eval_cached_attention(mx::Stream, const CachedAttentionSpec&, const std::vector<mx::array>&,
-                           std::vector<mx::array>&) {
+                           std::vector<mx::array>&, const std::vector<bool>&) {
   throw std::runtime_error("mlxcel GPU attention: this build has no CUDA support");
 }
 

@@ -37,9 +37,10 @@ size_t load_module(const uint8_t* cubin, size_t size, const std::string& names);
 bool loaded();
 
 /// Why our GPU kernels cannot take a product of `rows` rows of x with
-/// `bits`-wide codes, `scale_dtype` scales and `layout` ("" when they can;
-/// the CPU checks of ops.cc apply first).
-std::string product_unsupported(int bits, mx::Dtype scale_dtype, int64_t rows, kern::WeightLayout layout);
+/// `bits`-wide codes in `layout` ("" when they can; the CPU checks of
+/// ops.cc, which admit f32, f16 and bf16 scales, all with kernels, apply
+/// first).
+std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout);
 
 /// `eval_gpu` of QuantizedProduct and QuantizedGatedProduct.
 void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<mx::array>& inputs,
@@ -51,9 +52,10 @@ void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<mx::array
 /// shape and RoPE checks of ops.cc apply first).
 std::string attention_unsupported(int batch, int seq, int dim, int vdim);
 
-/// `eval_gpu` of CachedAttention (its outputs: the attention, then each
-/// row's key and value buffers, written in place where donated).
+/// `eval_gpu` of CachedAttention: its outputs (the attention, then each
+/// row's key and value buffers) have memory from `claim_cache_buffers`,
+/// which says which buffers were `donated` (the others are copied first).
 void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const std::vector<mx::array>& inputs,
-                           std::vector<mx::array>& outputs);
+                           std::vector<mx::array>& outputs, const std::vector<bool>& donated);
 
 }  // namespace mlxcel::fast::gpu

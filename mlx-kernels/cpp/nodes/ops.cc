@@ -112,7 +112,7 @@ std::string multi_unsupported(const array& x, const std::vector<QuantizedWeight>
 std::string gpu_multi_unsupported(const array& x, const std::vector<QuantizedWeight>& ws, int gs, int bits) {
   if (auto why = multi_unsupported(x, ws, gs, bits); !why.empty()) return why;
   const int64_t rows = x.shape(-1) == 0 ? 0 : static_cast<int64_t>(x.size() / x.shape(-1));
-  return gpu::product_unsupported(bits, ws[0].scales.dtype(), rows, ws[0].layout);
+  return gpu::product_unsupported(bits, rows, ws[0].layout);
 }
 
 // Why our rope cannot rotate `x` with these parameters ("" when it can).
@@ -491,7 +491,7 @@ std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, 
   std::string why;
   auto f32 = [](const array& a) { return a.dtype() == mx::float32; };
   // On the GPU, our kernels when loaded and the step is one they take (gpu.h).
-  if (s.device != mx::Device::cpu) why = gpu::loaded() ? gpu::attention_unsupported(B, L, D, Dv) : kNotCpu;
+  if (s.device != mx::Device::cpu) why = gpu::attention_unsupported(B, L, D, Dv);
   const bool all_f32 = f32(q) && f32(k) && f32(v) &&
                        std::all_of(rows.begin(), rows.end(), [&](const CacheRow& r) { return f32(r.keys) && f32(r.values); });
   if (why.empty() && !all_f32) why = "q, k, v and the cache buffers must be float32";
