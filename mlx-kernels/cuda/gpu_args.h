@@ -49,6 +49,28 @@ struct ProductArgs {
   GpuWeight w[kMaxGpuWeights];
   /// Added to the single plain output (`[rows, n]`), or null.
   const float* residual;
+  /// An RMS norm of x applied first when `norm` is 1: each row scaled by
+  /// 1 / sqrt(mean(x²) + norm_eps), then by `norm_weight` (`[k]`) unless null.
+  int norm;
+  float norm_eps;
+  const float* norm_weight;
+};
+
+/// Threads of the RMS norm kernel (one block per row).
+constexpr int kNormThreads = 256;
+
+/// An RMS norm of x `[rows, dim]` (row stride ldx) into the row-major
+/// `out`: x / sqrt(mean(x²) + eps), times `weight` (`[dim]`) unless null,
+/// plus `residual` (`[rows, dim]`) unless null.
+struct NormArgs {
+  const float* x;
+  long long ldx;
+  const float* weight;
+  const float* residual;
+  float* out;
+  int rows;
+  int dim;
+  float eps;
 };
 
 /// Sequences one attention launch serves (a decode step's batch).

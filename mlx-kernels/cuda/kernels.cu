@@ -1,6 +1,6 @@
 // mlxcel's CUDA kernels, one module (`mlxcel_kernels`): the quantized
-// products (products.cuh) and a decode step's attention over the KV cache
-// (attention.cuh).
+// products (products.cuh), a decode step's attention over the KV cache
+// (attention.cuh) and the RMS norm (norm.cuh).
 //
 // Compiled ahead of time with NVRTC by `mlxcel-compile --target cuda-smXY`
 // (compiler/src/cuda; the .cuh files and gpu_args.h are handed to NVRTC as
@@ -14,3 +14,4 @@
 #include "gpu_args.h"
 #include "products.cuh"
 #include "attention.cuh"
+#include "norm.cuh"

@@ -14,7 +14,12 @@
 // Arithmetic, f32 throughout: per word, dot = Σ q_j x_j and xs = Σ x_j over
 // its codes; the row sums s·dot + b·xs (the affine dequantisation
 // s·q + b distributed over the word). MLX's qmv sums differently, so the
-// two agree to f32 rounding (tests/gpu_products.rs states the bound).
+// two agree to f32 rounding (tests/gpu_kernels.rs states the bound).
+//
+// An RMS norm prologue (fusion.h `absorb_norm`) costs no pass of its own:
+// the product is linear in x, so x Wᵀ of the normed row is
+// (1 / rms(x)) · Σ (x_j g_j) w_j; each warp, reading every x_j of its rows
+// anyway, also sums x_j² and scales its sums by 1 / rms at the end.
 #pragma once
 
 namespace mlxcel {
@@ -43,7 +48,8 @@ __device__ __forceinline__ float activate(float g) {
   return gelu_tanh(g);
 }
 
-// The running sums of one weight row against the chunk's x rows.
+// The running sums of one weight row against the chunk's x rows (normed
+// first when the launch has a norm prologue).
 template <int Bits, typename ScaleT>
 __device__ __forceinline__ void row_sums(const ProductArgs& a, const GpuWeight& w, int r, int row0, int rows,
                                          float acc[kRowChunk]) {
@@ -55,24 +61,34 @@ __device__ __forceinline__ void row_sums(const ProductArgs& a, const GpuWeight& 
   const unsigned* codes = w.codes + static_cast<long long>(r) * words;
   const ScaleT* scales = static_cast<const ScaleT*>(w.scales) + static_cast<long long>(r) * groups;
   const ScaleT* biases = static_cast<const ScaleT*>(w.biases) + static_cast<long long>(r) * groups;
+  const float* gain = a.norm ? a.norm_weight : nullptr;
+  float squares[kRowChunk];
+#pragma unroll
+  for (int m = 0; m < kRowChunk; ++m) squares[m] = 0.0f;
   for (int i = lane; i < words; i += 32) {
     const unsigned word = __ldg(codes + i);
     const int k0 = i * per_word;
     const int g = k0 / a.group;
     const float s = to_float(scales[g]);
     const float b = to_float(biases[g]);
+    float gj[per_word];
+#pragma unroll
+    for (int j = 0; j < per_word; ++j) gj[j] = gain ? __ldg(gain + k0 + j) : 1.0f;
 #pragma unroll
     for (int m = 0; m < kRowChunk; ++m) {
       if (m < rows) {
         const float* x = a.x + static_cast<long long>(row0 + m) * a.ldx + k0;
-        float dot = 0.0f, xs = 0.0f;
+        float dot = 0.0f, xs = 0.0f, sq = 0.0f;
 #pragma unroll
         for (int j = 0; j < per_word; ++j) {
-          const float xj = __ldg(x + j);
+          const float raw = __ldg(x + j);
+          sq += raw * raw;
+          const float xj = raw * gj[j];
           dot += static_cast<float>((word >> (Bits * j)) & mask) * xj;
           xs += xj;
         }
         acc[m] += s * dot + b * xs;
+        squares[m] += sq;
       }
     }
   }
@@ -80,6 +96,14 @@ __device__ __forceinline__ void row_sums(const ProductArgs& a, const GpuWeight& 
   for (int m = 0; m < kRowChunk; ++m) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+  }
+  if (!a.norm) return;
+#pragma unroll
+  for (int m = 0; m < kRowChunk; ++m) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) squares[m] += __shfl_xor_sync(0xffffffffu, squares[m], o);
+    // MLX's rounding order: 1 / sqrt(Σx² · (1/k) + eps).
+    acc[m] *= 1.0f / sqrtf(squares[m] * (1.0f / a.k) + a.norm_eps);
   }
 }
 

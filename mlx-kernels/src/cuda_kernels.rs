@@ -2,10 +2,10 @@
 //! loading the compiled module into the process.
 //!
 //! The quantized products of a decode step (q/k/v, the output projection
-//! with its residual, the gated MLP's gate and up, the down projection) and
-//! its attention over the KV cache (RoPE, the cache writes and the
-//! attention) run as one or two kernels each on the GPU instead of MLX's
-//! several operations (`cuda/kernels.cu`; `cpp/nodes/gpu.h` says which
+//! with its residual, the gated MLP's gate and up, the down projection, each
+//! with the RMS norm before it folded in) and its attention over the KV
+//! cache (RoPE, the cache writes and the attention) run as one or two
+//! kernels each on the GPU instead of MLX's several operations (`cuda/kernels.cu`; `cpp/nodes/gpu.h` says which
 //! inputs they take). `mlxcel-compile --target cuda-smXY` compiles
 //! [`program`] with NVRTC, on a machine without a GPU, into the bundle's
 //! module [`MODULE`]; the runtime hands it to [`load`] before the first GPU
@@ -23,13 +23,14 @@ use crate::nvrtc::{Header, Program};
 pub const MODULE: &str = "mlxcel_kernels";
 
 /// The module's CUDA source, and the headers it includes (handed to NVRTC
-/// in memory): the argument layout the host code shares, the products and
-/// the attention.
+/// in memory): the argument layout the host code shares, the products, the
+/// attention and the norm.
 pub const SOURCE: &str = include_str!("../cuda/kernels.cu");
-const HEADERS: [(&str, &str); 3] = [
+const HEADERS: [(&str, &str); 4] = [
     ("gpu_args.h", include_str!("../cuda/gpu_args.h")),
     ("products.cuh", include_str!("../cuda/products.cuh")),
     ("attention.cuh", include_str!("../cuda/attention.cuh")),
+    ("norm.cuh", include_str!("../cuda/norm.cuh")),
 ];
 
 /// Code widths with kernels (codes that divide a 32-bit word).
@@ -45,9 +46,12 @@ pub const ACTIVATIONS: [u32; 2] = [1, 2];
 /// cache buffer that cannot be written in place).
 pub const ATTENTION_KERNELS: [&str; 3] = ["mlxcel::rope_write", "mlxcel::cached_attention", "mlxcel::copy_floats"];
 
+/// The RMS norm kernel (norms no product absorbs; with or without a residual).
+pub const NORM_KERNEL: &str = "mlxcel::rms_norm";
+
 /// Every kernel's name expression, as `cpp/nodes/gpu.cc` looks them up:
 /// `mlxcel::product<BITS, SCALE>`, `mlxcel::gated<BITS, SCALE, ACT>`, then
-/// [`ATTENTION_KERNELS`].
+/// [`ATTENTION_KERNELS`] and [`NORM_KERNEL`].
 pub fn name_expressions() -> Vec<String> {
     let mut names = Vec::new();
     for bits in BITS {
@@ -59,6 +63,7 @@ pub fn name_expressions() -> Vec<String> {
         }
     }
     names.extend(ATTENTION_KERNELS.iter().map(|k| k.to_string()));
+    names.push(NORM_KERNEL.to_string());
     names
 }
 
@@ -116,8 +121,9 @@ mod tests {
         let nvrtc = Nvrtc::open(dir.join("lib/libnvrtc.so.13")).unwrap();
         let out = nvrtc.compile(&program("sm_90a", &dir.join("include"))).unwrap();
         assert_eq!(&out.cubin[..4], b"\x7fELF");
-        assert_eq!(out.lowered_names.len(), 30);
+        assert_eq!(out.lowered_names.len(), 31);
         assert_eq!(out.lowered_names[29].0, "mlxcel::copy_floats");
+        assert_eq!(out.lowered_names[30].0, "mlxcel::rms_norm");
         let (expression, lowered) = &out.lowered_names[1];
         assert_eq!(expression, "mlxcel::gated<2, float, 1>");
         assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1EEEvNS_11ProductArgsE"), "{lowered}");

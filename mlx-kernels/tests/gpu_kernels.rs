@@ -1,7 +1,8 @@
 //! mlxcel's CUDA kernels (cuda/kernels.cu) against MLX's own operations on
 //! the same GPU: the products against MLX's quantized matmul (every code
 //! width, group size and scale type the kernels take, 1 to 32 rows, heads,
-//! residuals and the gated activations; batch invariance), and the cached
+//! residuals, the gated activations and RMS norms folded in; batch
+//! invariance), our RMS norm against MLX's, and the cached
 //! attention step against MLX's RoPE, slice updates and attention (GQA,
 //! causal steps, every RoPE variant, donated and shared cache buffers).
 //!
@@ -16,7 +17,10 @@
 //! each order is within K·2⁻²⁴ of the exact sum relative to Σ|terms|, so
 //! the two differ by at most ~2·K·6e-8·Σ|x w|. With K ≤ 1024 and
 //! standard-normal data that is below 1e-4 of the output's scale; the test
-//! allows 2e-4 of the largest |reference|. The attention's: keys rotated
+//! allows 2e-4 of the largest |reference|. A folded or separate RMS norm
+//! adds a sum of K ≤ 2304 squares in another order on each side (each
+//! within K·2⁻²⁴ relative of the exact sum, so the scales differ by
+//! ≤ 1.4e-4 relative): the same 2e-4 bound. The attention's: keys rotated
 //! with the CPU node's angles (f32 (pos·scale)·inv, cosf/sinf), MLX's CUDA
 //! RoPE computes them its own way: angles up to 2^7 rad carry a few ulp
 //! (3.8e-6 each at 64) of difference, so |x| ≲ 5 allows 1e-4 absolute;
@@ -152,6 +156,76 @@ fn a_row_gets_the_same_bits_alone_and_in_a_batch() {
         let alone = arr(&data[r * k..(r + 1) * k], &[1, 1, k as i32]);
         let alone = vals(&fast::on(Path::Kernel).quantized_linear(&alone, &q).unwrap());
         assert_eq!(alone, batch[r * 1536..(r + 1) * 1536], "row {r}");
+    }
+    // The same with an RMS norm folded into the product.
+    let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
+    let normed = |x: &Array| {
+        let kernel = fast::on(Path::Kernel);
+        vals(&kernel.quantized_linear(&kernel.rms_norm(x, Some(&norm), 1e-5).unwrap(), &q).unwrap())
+    };
+    let batch = normed(&arr(&data, &[16, 1, k as i32]));
+    for r in [0usize, 7, 8, 15] {
+        let alone = normed(&arr(&data[r * k..(r + 1) * k], &[1, 1, k as i32]));
+        assert_eq!(alone, batch[r * 1536..(r + 1) * 1536], "normed row {r}");
+    }
+}
+
+#[test]
+fn norms_fold_into_products_and_run_alone() {
+    load();
+    let (mut rng, _) = rng("norms_fold_into_products_and_run_alone");
+    let (k, batch) = (576usize, 4usize);
+    let kernel = || fast::on(Path::Kernel);
+    let mlx = || fast::on(Path::Mlx);
+    let x = arr(&normal(&mut rng, batch * k), &[batch as i32, 1, k as i32]);
+    let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
+    let q = quantized(&mut rng, 576, k, 64, 4, Dtype::BF16);
+    let kv = quantized(&mut rng, 192, k, 64, 4, Dtype::BF16);
+    for weight in [Some(&norm), None] {
+        // The norm before q, k, v joins their node: no norm node is left.
+        let ours = kernel().quantized_linear_heads(&kernel().rms_norm(&x, weight, 1e-5).unwrap(), &[(&q, 9), (&kv, 3)]);
+        let ours = ours.unwrap();
+        assert!(!ops_of(&ours[0]).iter().any(|o| o.contains("RmsNorm")), "{:?}", ops_of(&ours[0]));
+        let normed = mlx().rms_norm(&x, weight, 1e-5).unwrap();
+        let want = mlx().quantized_linear_heads(&normed, &[(&q, 9), (&kv, 3)]).unwrap();
+        for (i, (a, b)) in ours.iter().zip(&want).enumerate() {
+            compare(&format!("normed heads output {i} (weight {})", weight.is_some()), a, b);
+        }
+    }
+    // The norm before the gated MLP, and a residual on top of a normed product.
+    let gate = quantized(&mut rng, 1536, k, 32, 8, Dtype::F16);
+    let up = quantized(&mut rng, 1536, k, 32, 8, Dtype::F16);
+    let normed = kernel().rms_norm(&x, Some(&norm), 1e-6).unwrap();
+    let ours = kernel().quantized_gated_linear(&normed, &gate, &up, GateActivation::Silu).unwrap();
+    assert!(!ops_of(&ours).iter().any(|o| o.contains("RmsNorm")), "{:?}", ops_of(&ours));
+    let normed_mlx = mlx().rms_norm(&x, Some(&norm), 1e-6).unwrap();
+    compare(
+        "normed gated",
+        &ours,
+        &mlx().quantized_gated_linear(&normed_mlx, &gate, &up, GateActivation::Silu).unwrap(),
+    );
+    let h = arr(&normal(&mut rng, batch * 576), &[batch as i32, 1, 576]);
+    let ours = kernel().add(&h, &kernel().quantized_linear(&normed, &q).unwrap()).unwrap();
+    assert!(!ops_of(&ours).iter().any(|o| o == "Add" || o.contains("RmsNorm")), "{:?}", ops_of(&ours));
+    compare("normed residual", &ours, &mlx().quantized_linear(&normed_mlx, &q).unwrap().add(&h).unwrap());
+    // Norms no product takes run our norm kernel: one row, a batch, a
+    // prompt, widths that are and are not multiples of the block, with and
+    // without a weight and a residual (Gemma's post-norms).
+    for (rows, width) in [(1usize, 576usize), (7, 640), (40, 1000), (3, 2304)] {
+        let x = arr(&normal(&mut rng, rows * width), &[1, rows as i32, width as i32]);
+        let w = arr(&uniform(&mut rng, width, -1.0, 2.0), &[width as i32]);
+        let r = arr(&normal(&mut rng, rows * width), &[1, rows as i32, width as i32]);
+        for weight in [Some(&w), None] {
+            let what = format!("norm rows {rows} width {width} weight {}", weight.is_some());
+            let ours = kernel().rms_norm(&x, weight, 1e-6).unwrap();
+            assert!(ops_of(&ours).iter().any(|o| o == "MlxcelRmsNorm"), "{what}: {:?}", ops_of(&ours));
+            let want = mlx().rms_norm(&x, weight, 1e-6).unwrap();
+            compare(&what, &ours, &want);
+            // A residual joins a norm not yet computed.
+            let ours = kernel().add(&r, &kernel().rms_norm(&x, weight, 1e-6).unwrap()).unwrap();
+            assert!(ops_of(&ours).iter().any(|o| o == "MlxcelRmsNormAdd"), "{what}: {:?}", ops_of(&ours));
+            compare(&format!("{what} + residual"), &ours, &want.add(&r).unwrap());
+        }
     }
 }
 

@@ -174,7 +174,8 @@ std::vector<mx::Shape> CachedAttention::shapes(const std::vector<array>& in, int
   return out;
 }
 
-std::vector<bool> claim_cache_buffers(const std::vector<array>& inputs, std::vector<array>& outputs) {
+std::vector<bool> claim_cache_buffers(const std::vector<array>& inputs, std::vector<array>& outputs,
+                                      const std::function<void(array&)>& allocate) {
   // Every output of a multi-output node holds its own copy of the inputs
   // (array::make_arrays), so each cache buffer has one reference per output
   // here and is never donatable. MLX drops the siblings' copies right after
@@ -193,20 +194,21 @@ std::vector<bool> claim_cache_buffers(const std::vector<array>& inputs, std::vec
     if (donated[i]) {
       out.copy_shared_buffer(buf);
     } else {
-      out.set_data(mx::allocator::malloc(out.nbytes()));
+      allocate(out);
     }
   }
-  outputs[0].set_data(mx::allocator::malloc(outputs[0].nbytes()));
+  allocate(outputs[0]);
   return donated;
 }
 
 void CachedAttention::eval_gpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
-  auto donated = claim_cache_buffers(inputs, outputs);
+  auto donated = claim_cache_buffers(inputs, outputs, [s = stream()](array& a) { gpu::allocate_output(s, a); });
   gpu::eval_cached_attention(stream(), spec_, inputs, outputs, donated);
 }
 
 void CachedAttention::eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) {
-  auto donated = claim_cache_buffers(inputs, outputs);
+  auto donated =
+      claim_cache_buffers(inputs, outputs, [](array& a) { a.set_data(mx::allocator::malloc(a.nbytes())); });
   dispatch_multi(*this, inputs, outputs,
                  [spec = spec_, keep = std::move(donated)](std::vector<array>& ins, std::vector<array>& outs) {
                    run_cached(spec, keep, ins, outs);

@@ -2,6 +2,7 @@
 // layer's KV cache (rotation, cache write and attention in one node).
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "mlxcel-mlx/cpp/nodes/node.h"
@@ -107,9 +108,11 @@ class CachedAttention : public MultiNode {
 /// Memory for a CachedAttention node's outputs, on either device: each
 /// cache buffer (outputs 1..) takes over its input's memory when the node
 /// holds the only reference to it and it is row-major and dense (written in
-/// place, as MLX's SliceUpdate does), else gets fresh memory the kernel
-/// copies the buffer into first; the attention (output 0) gets fresh
-/// memory. Returns, per buffer, whether it was taken over.
-std::vector<bool> claim_cache_buffers(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs);
+/// place, as MLX's SliceUpdate does), else gets fresh memory from
+/// `allocate` (the device's) that the kernel copies the buffer into first;
+/// the attention (output 0) gets fresh memory. Returns, per buffer, whether
+/// it was taken over.
+std::vector<bool> claim_cache_buffers(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs,
+                                      const std::function<void(mx::array&)>& allocate);
 
 }  // namespace mlxcel::fast

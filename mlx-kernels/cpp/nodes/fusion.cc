@@ -58,7 +58,9 @@ array with_residual(const array& p, Spec spec, const array& residual) {
 // Exact because: the product node runs the same `rms_norm` kernel on the
 // same rows with the same eps and weight into a scratch copy, and its product
 // kernels then read those rows exactly as they would read the norm node's
-// output (contiguous rows of K floats).
+// output (contiguous rows of K floats). On the GPU the product kernels fold
+// the norm into their sums instead (cuda/products.cuh): equal to f32
+// rounding, not bit for bit, and the same for a row alone or in a batch.
 ProductInput absorb_norm(const array& x) {
   if (const auto* norm = pending<RmsNorm>(x); norm && norm->spec().epilogue == Epilogue::None) {
     std::optional<array> weight;

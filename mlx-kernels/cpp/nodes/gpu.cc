@@ -15,7 +15,9 @@
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 
+#include "mlx/backend/cuda/allocator.h"
 #include "mlx/backend/cuda/device.h"
 #include "mlx/backend/cuda/utils.h"
 #include "mlxcel-mlx/cpp/nodes/launch.h"
@@ -29,13 +31,17 @@ namespace {
 
 using mx::array;
 
-// The three driver calls we make, looked up in the libcuda.so.1 that MLX's
+// The driver calls we make, looked up in the libcuda.so.1 that MLX's
 // libmlx has loaded (nothing here links against the driver, which exists
 // only on GPU hosts).
 struct Driver {
   CUresult (*load)(CUmodule*, const void*) = nullptr;
   CUresult (*function)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*error)(CUresult, const char**) = nullptr;
+  CUresult (*alloc_async)(CUdeviceptr*, size_t, CUstream) = nullptr;
+  CUresult (*free_async)(CUdeviceptr, CUstream) = nullptr;
+  CUresult (*free)(CUdeviceptr) = nullptr;
+  CUresult (*free_host)(void*) = nullptr;
 };
 
 const Driver& driver() {
@@ -47,8 +53,14 @@ const Driver& driver() {
     d.load = reinterpret_cast<decltype(d.load)>(dlsym(lib, "cuModuleLoadData"));
     d.function = reinterpret_cast<decltype(d.function)>(dlsym(lib, "cuModuleGetFunction"));
     d.error = reinterpret_cast<decltype(d.error)>(dlsym(lib, "cuGetErrorString"));
-    if (!d.load || !d.function || !d.error)
-      throw std::runtime_error("mlxcel GPU kernels: libcuda.so.1 lacks cuModuleLoadData or cuModuleGetFunction");
+    d.alloc_async = reinterpret_cast<decltype(d.alloc_async)>(dlsym(lib, "cuMemAllocAsync"));
+    d.free_async = reinterpret_cast<decltype(d.free_async)>(dlsym(lib, "cuMemFreeAsync"));
+    d.free = reinterpret_cast<decltype(d.free)>(dlsym(lib, "cuMemFree_v2"));
+    d.free_host = reinterpret_cast<decltype(d.free_host)>(dlsym(lib, "cuMemFreeHost"));
+    if (!d.load || !d.function || !d.error || !d.alloc_async || !d.free_async || !d.free || !d.free_host)
+      throw std::runtime_error(
+          "mlxcel GPU kernels: libcuda.so.1 lacks one of cuModuleLoadData, cuModuleGetFunction, cuMemAllocAsync, "
+          "cuMemFreeAsync, cuMemFree, cuMemFreeHost (a driver older than CUDA 11.2)");
     return d;
   }();
   return d;
@@ -60,6 +72,100 @@ void check(CUresult r, const std::string& what) {
   driver().error(r, &s);
   throw std::runtime_error("mlxcel GPU kernels: " + what + ": " + (s ? s : "CUDA error " + std::to_string(r)));
 }
+
+// Device memory for our nodes' outputs, kept by size for reuse.
+//
+// Why not mx::allocator::malloc: in MLX's CUDA allocator that is managed
+// memory, and when its cache offers a device buffer that one of MLX's own
+// ops freed, it first moves that buffer to managed memory with a
+// synchronous copy (CudaAllocator::malloc → move_to_unified_memory without
+// a stream): a host stall for each of our nodes. It showed as a prompt's
+// prefill dropping from ~34k to 23-27k tok/s on the H200 once the prompt's
+// norms ran our kernel. MLX's own ops take stream-ordered device memory
+// (cu::malloc_async), which libmlx does not export; so this takes it from
+// the same place, the device's default memory pool on MLX's stream
+// (cuMemAllocAsync), and keeps freed buffers by size as MLX's cache does.
+// Reuse is ordered as MLX's own is: the command encoder keeps every input
+// alive until its kernels have run and orders the kernels touching one
+// pointer.
+//
+// A buffer the host reads (logits) is moved to managed memory by MLX
+// itself (Buffer::raw_ptr frees our pointer with cudaFreeAsync, as it frees
+// its own); the deleter then frees that managed copy as MLX would.
+class OutputMemory {
+ public:
+  static OutputMemory& get() {
+    static auto* memory = new OutputMemory();  // leaked: freeing at exit races the driver's teardown
+    return *memory;
+  }
+
+  mx::allocator::Data allocate(size_t bytes, mx::cu::CommandEncoder& enc) {
+    const size_t size = rounded(bytes);
+    void* data = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (!stream_) stream_ = static_cast<cudaStream_t>(enc.stream());
+      auto& list = free_[size];
+      if (!list.empty()) {
+        data = list.back();
+        list.pop_back();
+        cached_ -= size;
+      }
+    }
+    if (!data) {
+      CUdeviceptr p = 0;
+      check(driver().alloc_async(&p, size, reinterpret_cast<CUstream>(stream_)),
+            "allocating " + std::to_string(size) + " bytes of device memory");
+      data = reinterpret_cast<void*>(p);
+    }
+    auto* buf = new mx::cu::CudaBuffer{data, size, enc.device().cuda_device()};
+    return mx::allocator::Data(mx::allocator::Buffer(buf), [this](mx::allocator::Buffer b) { recycle(b); });
+  }
+
+ private:
+  // Freed buffers kept beyond this go back to the pool.
+  static constexpr size_t kCacheLimit = size_t{1} << 30;
+
+  // Sizes as MLX's allocator rounds them: powers of two below a 16 KiB page, whole pages above.
+  static size_t rounded(size_t bytes) {
+    constexpr size_t page = 16384;
+    if (bytes >= page) return (bytes + page - 1) / page * page;
+    size_t size = 256;
+    while (size < bytes) size *= 2;
+    return size;
+  }
+
+  void recycle(mx::allocator::Buffer b) {
+    auto* buf = static_cast<mx::cu::CudaBuffer*>(b.ptr());
+    if (buf->device < 0) {
+      // Moved to unified memory by MLX for the host: free it as MLX's
+      // unified_free does (managed memory, or pinned host memory on GPUs
+      // without concurrent managed access).
+      if (mx::cu::device(mx::Device::gpu).concurrent_managed_access()) {
+        driver().free(reinterpret_cast<CUdeviceptr>(buf->data));
+      } else {
+        driver().free_host(buf->data);
+      }
+    } else {
+      std::lock_guard lock(mutex_);
+      if (cached_ + buf->size <= kCacheLimit) {
+        free_[buf->size].push_back(buf->data);
+        cached_ += buf->size;
+      } else {
+        driver().free_async(reinterpret_cast<CUdeviceptr>(buf->data), reinterpret_cast<CUstream>(stream_));
+      }
+    }
+    delete buf;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Device memory for `a`'s data (OutputMemory).
+void allocate(array& a, mx::cu::CommandEncoder& enc) { a.set_data(OutputMemory::get().allocate(a.nbytes(), enc)); }
 
 // The loaded kernels by name expression (`mlxcel::product<4, __half>`,
 // `mlxcel::cached_attention`).
@@ -97,25 +203,46 @@ void require_row_major(const array& a, const char* what) {
     throw std::runtime_error(std::string("mlxcel GPU product: the ") + what + " is not row-major");
 }
 
+// The one row stride the kernels index x by.
+int64_t x_row_stride(const array& x, const char* node) {
+  auto ld = row_stride(x);
+  if (!ld) throw std::runtime_error(std::string("mlxcel GPU ") + node + ": x has no single row stride");
+  return *ld;
+}
+
+// Registers a node's inputs and outputs with the encoder, each output with
+// fresh device memory.
+void bind(mx::cu::CommandEncoder& enc, const std::vector<array>& in, std::vector<array>& out) {
+  for (const auto& a : in) enc.set_input_array(a);
+  for (auto& o : out) {
+    allocate(o, enc);
+    enc.set_output_array(o);
+  }
+}
+
 // Fills the part of the arguments every product shares and registers the
 // inputs and outputs with the encoder.
 ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& in, std::vector<array>& out,
-                        QuantSpec quant, int first, int count) {
+                        QuantSpec quant, const std::optional<RmsNormParams>& prologue, int count) {
+  const int first = 1 + (prologue && prologue->weight ? 1 : 0);
   const array& x = in[0];
-  auto ld = row_stride(x);
-  if (!ld) throw std::runtime_error("mlxcel GPU product: x has no single row stride");
-  for (const auto& a : in) enc.set_input_array(a);
-  for (auto& o : out) {
-    o.set_data(mx::allocator::malloc(o.nbytes()));
-    enc.set_output_array(o);
-  }
+  const int64_t ld = x_row_stride(x, "product");
+  bind(enc, in, out);
   ProductArgs a{};
   a.x = mx::gpu_ptr<float>(x);
-  a.ldx = *ld;
+  a.ldx = ld;
   a.k = x.shape(-1);
   a.rows = static_cast<int>(x.size() / a.k);
   a.seq = x.ndim() == 3 ? x.shape(1) : 1;
   a.group = quant.group_size;
+  if (prologue) {
+    a.norm = 1;
+    a.norm_eps = prologue->eps;
+    if (prologue->weight) {
+      require_row_major(in[1], "norm weight");
+      a.norm_weight = mx::gpu_ptr<float>(in[1]);
+    }
+  }
   a.count = count;
   for (int i = 0; i < count; ++i) {
     const int wi = first + 3 * i;
@@ -181,10 +308,9 @@ std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layou
 
 void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<array>& inputs,
                   std::vector<array>& outputs) {
-  if (spec.prologue) throw std::runtime_error("mlxcel GPU product: no RMS norm prologue on the GPU");
   auto& enc = mx::cu::get_command_encoder(s);
   const int n = static_cast<int>(spec.heads.size());
-  ProductArgs a = common_args(enc, inputs, outputs, spec.quant, 1, n);
+  ProductArgs a = common_args(enc, inputs, outputs, spec.quant, spec.prologue, n);
   for (int i = 0; i < n; ++i) {
     a.w[i].out = mx::gpu_ptr<float>(outputs[i]);
     a.w[i].heads = spec.heads[i];
@@ -201,19 +327,49 @@ void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<array
 }
 
 void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& inputs, array& out) {
-  if (spec.prologue) throw std::runtime_error("mlxcel GPU product: no RMS norm prologue on the GPU");
   auto& enc = mx::cu::get_command_encoder(s);
   std::vector<array> outs{out};
   // `outs[0]` shares `out`'s array: setting its data sets out's.
-  ProductArgs a = common_args(enc, inputs, outs, spec.quant, 1, 2);
+  ProductArgs a = common_args(enc, inputs, outs, spec.quant, spec.prologue, 2);
   a.w[0].out = mx::gpu_ptr<float>(out);
   if (a.rows == 0 || a.w[0].n == 0) return;
   const int act = spec.act == kern::Activation::Silu ? kActSilu : kActGeluTanh;
-  const auto dtype = inputs[2].dtype();
+  const auto dtype = inputs[1 + (spec.prologue && spec.prologue->weight ? 1 : 0) + 1].dtype();
   add_node(enc,
            "mlxcel::gated<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ", " +
                std::to_string(act) + ">",
            a.w[0].n, a);
+}
+
+void allocate_output(mx::Stream s, array& a) { allocate(a, mx::cu::get_command_encoder(s)); }
+
+std::string norm_unsupported() { return loaded() ? "" : "mlxcel's GPU kernels are not loaded"; }
+
+void eval_rms_norm(mx::Stream s, const NormSpec& spec, const std::vector<array>& inputs, array& out) {
+  const array& x = inputs[0];
+  const int64_t ld = x_row_stride(x, "norm");
+  auto& enc = mx::cu::get_command_encoder(s);
+  std::vector<array> outs{out};
+  // `outs[0]` shares `out`'s array: setting its data sets out's.
+  bind(enc, inputs, outs);
+  NormArgs a{};
+  a.x = mx::gpu_ptr<float>(x);
+  a.ldx = ld;
+  a.dim = x.shape(-1);
+  a.rows = a.dim == 0 ? 0 : static_cast<int>(x.size() / a.dim);
+  a.eps = spec.norm.eps;
+  a.out = mx::gpu_ptr<float>(out);
+  if (spec.norm.weight) {
+    require_row_major(inputs[1], "norm weight");
+    a.weight = mx::gpu_ptr<float>(inputs[1]);
+  }
+  if (spec.epilogue == Epilogue::AddResidual) {
+    require_row_major(inputs.back(), "residual");
+    a.residual = mx::gpu_ptr<float>(inputs.back());
+  }
+  if (a.rows == 0 || a.dim == 0) return;
+  void* params[] = {&a};
+  enc.add_kernel_node_raw(kernel("mlxcel::rms_norm"), dim3(a.rows), dim3(kNormThreads), dim3(), 0, params);
 }
 
 std::string attention_unsupported(int batch, int seq, int dim, int vdim) {
@@ -311,6 +467,16 @@ void eval_product(mx::Stream, const ProductSpec&, const std::vector<mx::array>&,
 
 void eval_gated(mx::Stream, const GatedSpec&, const std::vector<mx::array>&, mx::array&) {
   throw std::runtime_error("mlxcel GPU product: this build has no CUDA support");
+}
+
+void allocate_output(mx::Stream, mx::array&) {
+  throw std::runtime_error("mlxcel GPU kernels: this build has no CUDA support");
+}
+
+std::string norm_unsupported() { return "this build has no CUDA kernels"; }
+
+void eval_rms_norm(mx::Stream, const NormSpec&, const std::vector<mx::array>&, mx::array&) {
+  throw std::runtime_error("mlxcel GPU norm: this build has no CUDA support");
 }
 
 std::string attention_unsupported(int, int, int, int) { return "this build has no CUDA kernels"; }

@@ -1,12 +1,12 @@
-// mlxcel's CUDA kernels as the GPU side of our product and cached
-// attention nodes.
+// mlxcel's CUDA kernels as the GPU side of our product, RMS norm and
+// cached attention nodes.
 //
 // The kernels (mlx-kernels/cuda/kernels.cu) are compiled ahead of time by
 // `mlxcel-compile --target cuda-smXY` into the bundle's module
 // `mlxcel_kernels`; the runtime hands the module to `load_module` before the
 // first step. From then on the graph builder (ops.cc) builds those nodes on
-// the GPU for the inputs `product_unsupported` and `attention_unsupported`
-// accept, and their `eval_gpu` adds kernel nodes to MLX's CUDA command
+// the GPU for the inputs `product_unsupported`, `norm_unsupported` and
+// `attention_unsupported` accept, and their `eval_gpu` adds kernel nodes to MLX's CUDA command
 // encoder. Without a loaded module (or in a build without the `cuda`
 // feature) the GPU runs MLX's ops only.
 #pragma once
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mlxcel-mlx/cpp/nodes/attention.h"
+#include "mlxcel-mlx/cpp/nodes/norm_rope.h"
 #include "mlxcel-mlx/cpp/nodes/products.h"
 
 namespace mlxcel::fast::gpu {
@@ -42,10 +43,24 @@ bool loaded();
 /// first).
 std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout);
 
-/// `eval_gpu` of QuantizedProduct and QuantizedGatedProduct.
+/// `eval_gpu` of QuantizedProduct and QuantizedGatedProduct (an RMS norm
+/// prologue folded into the product kernels).
 void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<mx::array>& inputs,
                   std::vector<mx::array>& outputs);
 void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<mx::array>& inputs, mx::array& out);
+
+/// Why our GPU norm cannot run ("" when it can: the module is loaded; the
+/// f32 checks of ops.cc apply first). An RMS norm node on the GPU is what a
+/// product absorbs (fusion.h), so it exists whenever the products do.
+std::string norm_unsupported();
+
+/// `eval_gpu` of RmsNorm (with or without its residual epilogue).
+void eval_rms_norm(mx::Stream s, const NormSpec& spec, const std::vector<mx::array>& inputs, mx::array& out);
+
+/// Device memory for the output `a` of one of our nodes on stream `s`
+/// (stream-ordered device memory, as MLX's own ops take; gpu.cc says why
+/// not MLX's allocator).
+void allocate_output(mx::Stream s, mx::array& a);
 
 /// Why our GPU attention cannot take a cached step of `batch` sequences of
 /// `seq` positions, head dimensions `dim` and `vdim` ("" when it can; the

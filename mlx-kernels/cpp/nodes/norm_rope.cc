@@ -11,6 +11,7 @@
 
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
 #include "mlxcel-mlx/cpp/kernels/mlx_math.h"
+#include "mlxcel-mlx/cpp/nodes/gpu.h"
 #include "mlxcel-mlx/cpp/nodes/launch.h"
 
 namespace mlxcel::fast {
@@ -83,6 +84,10 @@ void RmsNorm::eval_cpu(const std::vector<array>& inputs, array& out) {
       for (size_t i = 0; i < out.size(); ++i) o[i] = r[i] + o[i];
     }
   });
+}
+
+void RmsNorm::eval_gpu(const std::vector<array>& inputs, array& out) {
+  gpu::eval_rms_norm(stream(), spec_, inputs, out);
 }
 
 RopeView rope_view(const array& x, std::vector<float>& buf) {

@@ -25,6 +25,8 @@ class RmsNorm : public UnaryNode {
   bool is_equivalent(const mx::Primitive& o) const override { return spec_ == static_cast<const RmsNorm&>(o).spec_; }
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override { return {in[0].shape()}; }
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  /// mlxcel's CUDA norm (gpu.h).
+  void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
 
  private:
   NormSpec spec_;

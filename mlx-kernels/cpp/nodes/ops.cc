@@ -132,6 +132,16 @@ std::string rope_unsupported(const array& x, const RopeSpec& rope, int offset) {
   return "";
 }
 
+// Why our norm cannot take x and weight ("" when it can).
+std::string norm_unsupported(const array& x, const std::optional<array>& weight) {
+  if (x.dtype() != mx::float32) return "input must be float32, not " + dtype_str(x.dtype());
+  if (x.ndim() < 1) return "input must have at least one dimension";
+  if (weight && weight->dtype() != mx::float32) return "weight must be float32, not " + dtype_str(weight->dtype());
+  if (weight && (weight->ndim() != 1 || weight->shape(0) != x.shape(-1)))
+    return "weight must be [" + std::to_string(x.shape(-1)) + "], not " + shape_str(weight->shape());
+  return "";
+}
+
 RopeConfig rope_config(const RopeSpec& rope) {
   return RopeConfig{rope.dims, rope.traditional, rope.base, rope.scale, rope.freqs.has_value()};
 }
@@ -352,18 +362,10 @@ mx::array gather_rows(const mx::array& ids, const mx::array& table, float scale,
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps, Path path) {
   auto s = default_stream();
   auto mlx_op = [&] { return mx::fast::rms_norm(x, weight, eps); };
-  std::string why;
-  if (s.device != mx::Device::cpu) {
-    why = kNotCpu;
-  } else if (x.dtype() != mx::float32) {
-    why = "input must be float32, not " + dtype_str(x.dtype());
-  } else if (x.ndim() < 1) {
-    why = "input must have at least one dimension";
-  } else if (weight && weight->dtype() != mx::float32) {
-    why = "weight must be float32, not " + dtype_str(weight->dtype());
-  } else if (weight && (weight->ndim() != 1 || weight->shape(0) != x.shape(-1))) {
-    why = "weight must be [" + std::to_string(x.shape(-1)) + "], not " + shape_str(weight->shape());
-  }
+  // On the GPU, our node when our kernels are loaded: the products absorb
+  // it (fusion.h), and a norm they do not runs our GPU norm (gpu.h).
+  std::string why = s.device == mx::Device::cpu ? "" : gpu::norm_unsupported();
+  if (why.empty()) why = norm_unsupported(x, weight);
   if (!use_kernel(path, "rms_norm", why)) return mlx_op();
   std::vector<array> inputs{x};
   if (weight) inputs.push_back(*weight);

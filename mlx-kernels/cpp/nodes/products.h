@@ -74,7 +74,7 @@ class QuantizedProduct : public MultiNode {
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override { return shapes(in, spec_); }
   static std::vector<mx::Shape> shapes(const std::vector<mx::array>& in, const ProductSpec& spec);
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
-  /// Quantized weights only, without a prologue (gpu.h).
+  /// Quantized weights only (gpu.h).
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
 
  private:
@@ -92,7 +92,7 @@ class QuantizedGatedProduct : public UnaryNode {
   }
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override;
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
-  /// Quantized weights only, without a prologue (gpu.h).
+  /// Quantized weights only (gpu.h).
   void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
 
  private:
