@@ -241,7 +241,8 @@ void copy_data(const Array& a, rust::Slice<uint8_t> out) {
     throw std::invalid_argument("destination has " + std::to_string(out.size()) + " bytes, array has " +
                                 std::to_string(c.nbytes()));
   }
-  if (c.nbytes() > 0) std::memcpy(out.data(), c.data<uint8_t>(), c.nbytes());
+  // Device memory (a GPU node's output) is copied from the device directly.
+  if (c.nbytes() > 0 && !fast::gpu::copy_to_host(c, out.data())) std::memcpy(out.data(), c.data<uint8_t>(), c.nbytes());
 }
 
 std::unique_ptr<ArrayList> new_list() { return std::make_unique<ArrayList>(); }

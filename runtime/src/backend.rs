@@ -123,6 +123,12 @@ pub struct MlxBackend {
 }
 
 impl MlxBackend {
+    /// The model this backend runs (for tools that time or trace its
+    /// forward pass, as tests/examples/step_phases.rs does).
+    pub fn model(&self) -> &dyn LanguageModel {
+        self.model.as_ref()
+    }
+
     /// A backend over `model`.
     pub fn new(model: Box<dyn LanguageModel>, options: MlxOptions) -> Result<MlxBackend> {
         if options.prefill_chunk == 0 {

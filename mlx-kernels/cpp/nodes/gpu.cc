@@ -42,6 +42,7 @@ struct Driver {
   CUresult (*free_async)(CUdeviceptr, CUstream) = nullptr;
   CUresult (*free)(CUdeviceptr) = nullptr;
   CUresult (*free_host)(void*) = nullptr;
+  CUresult (*to_host)(void*, CUdeviceptr, size_t) = nullptr;
 };
 
 const Driver& driver() {
@@ -57,10 +58,12 @@ const Driver& driver() {
     d.free_async = reinterpret_cast<decltype(d.free_async)>(dlsym(lib, "cuMemFreeAsync"));
     d.free = reinterpret_cast<decltype(d.free)>(dlsym(lib, "cuMemFree_v2"));
     d.free_host = reinterpret_cast<decltype(d.free_host)>(dlsym(lib, "cuMemFreeHost"));
-    if (!d.load || !d.function || !d.error || !d.alloc_async || !d.free_async || !d.free || !d.free_host)
+    d.to_host = reinterpret_cast<decltype(d.to_host)>(dlsym(lib, "cuMemcpyDtoH_v2"));
+    if (!d.load || !d.function || !d.error || !d.alloc_async || !d.free_async || !d.free || !d.free_host ||
+        !d.to_host)
       throw std::runtime_error(
           "mlxcel GPU kernels: libcuda.so.1 lacks one of cuModuleLoadData, cuModuleGetFunction, cuMemAllocAsync, "
-          "cuMemFreeAsync, cuMemFree, cuMemFreeHost (a driver older than CUDA 11.2)");
+          "cuMemFreeAsync, cuMemFree, cuMemFreeHost, cuMemcpyDtoH (a driver older than CUDA 11.2)");
     return d;
   }();
   return d;
@@ -343,6 +346,14 @@ void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& i
 
 void allocate_output(mx::Stream s, array& a) { allocate(a, mx::cu::get_command_encoder(s)); }
 
+bool copy_to_host(const array& a, void* dst) {
+  const auto* buf = static_cast<const mx::cu::CudaBuffer*>(a.buffer().ptr());
+  if (!buf || buf->device < 0 || a.nbytes() == 0) return false;
+  check(driver().to_host(dst, reinterpret_cast<CUdeviceptr>(mx::gpu_ptr<uint8_t>(a)), a.nbytes()),
+        "copying " + std::to_string(a.nbytes()) + " bytes to the host");
+  return true;
+}
+
 std::string norm_unsupported() { return loaded() ? "" : "mlxcel's GPU kernels are not loaded"; }
 
 void eval_rms_norm(mx::Stream s, const NormSpec& spec, const std::vector<array>& inputs, array& out) {
@@ -472,6 +483,8 @@ void eval_gated(mx::Stream, const GatedSpec&, const std::vector<mx::array>&, mx:
 void allocate_output(mx::Stream, mx::array&) {
   throw std::runtime_error("mlxcel GPU kernels: this build has no CUDA support");
 }
+
+bool copy_to_host(const mx::array&, void*) { return false; }
 
 std::string norm_unsupported() { return "this build has no CUDA kernels"; }
 
