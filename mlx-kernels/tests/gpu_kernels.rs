@@ -227,6 +227,13 @@ fn norms_fold_into_products_and_run_alone() {
             compare(&format!("{what} + residual"), &ours, &want.add(&r).unwrap());
         }
     }
+    // A strided view (a prompt's heads split from MLX's matmul output, as
+    // Gemma's q/k norms get them) is normed as MLX norms it.
+    let heads = arr(&normal(&mut rng, 7 * 4 * 64), &[1, 7, 4, 64]).transpose(&[0, 2, 1, 3]).unwrap();
+    let w = arr(&uniform(&mut rng, 64, 0.5, 1.5), &[64]);
+    let ours = kernel().rms_norm(&heads, Some(&w), 1e-6).unwrap();
+    assert!(ops_of(&ours).iter().any(|o| o == "MlxcelRmsNorm"), "{:?}", ops_of(&ours));
+    compare("norm of transposed heads", &ours, &mlx().rms_norm(&heads, Some(&w), 1e-6).unwrap());
 }
 
 #[test]

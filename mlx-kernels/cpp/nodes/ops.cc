@@ -132,6 +132,17 @@ std::string rope_unsupported(const array& x, const RopeSpec& rope, int offset) {
   return "";
 }
 
+// x as our GPU kernels read it: rows with one stride. Our own nodes write
+// row-major outputs; anything else may be a strided view (a prompt's q and k
+// heads split by MLX's quantized matmul are transposed) and is made
+// contiguous first, which costs a node but no copy when it already is.
+array gpu_rows(const array& x) {
+  if (pending<QuantizedProduct>(x) || pending<QuantizedGatedProduct>(x) || pending<RmsNorm>(x) ||
+      pending<CachedAttention>(x))
+    return x;
+  return mx::contiguous(x);
+}
+
 // Why our norm cannot take x and weight ("" when it can).
 std::string norm_unsupported(const array& x, const std::optional<array>& weight) {
   if (x.dtype() != mx::float32) return "input must be float32, not " + dtype_str(x.dtype());
@@ -367,7 +378,7 @@ mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, f
   std::string why = s.device == mx::Device::cpu ? "" : gpu::norm_unsupported();
   if (why.empty()) why = norm_unsupported(x, weight);
   if (!use_kernel(path, "rms_norm", why)) return mlx_op();
-  std::vector<array> inputs{x};
+  std::vector<array> inputs{s.device == mx::Device::cpu ? x : gpu_rows(x)};
   if (weight) inputs.push_back(*weight);
   NormSpec spec{{eps, weight.has_value()}, Epilogue::None};
   return array(x.shape(), mx::float32, std::make_shared<RmsNorm>(s, spec), std::move(inputs));
