@@ -9,11 +9,13 @@
 //! ```
 //!
 //! Decodes `--steps` greedy tokens after a prompt of `--context` copies of
-//! token 1 (after two warm-up steps), and prints each phase's mean and
+//! token 1 (both at least 1) (after two warm-up steps), and prints each phase's mean and
 //! median per step in microseconds, and the number of graph nodes of a step
 //! (what the GPU path issues one by one).
 
+use std::error::Error;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use mlxcel_mlx::{Array, fast};
@@ -23,24 +25,30 @@ use mlxcel_runtime::loader::{LoadOptions, load};
 use mlxcel_runtime::models::LanguageModel;
 use mlxcel_runtime::sampler::argmax;
 
-fn flag(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |s| s.parse().unwrap_or_else(|_| panic!("{name}: a count")))
+type Result<T> = std::result::Result<T, Box<dyn Error>>;
+
+const USAGE: &str = "usage: step_phases BUNDLE [--steps N] [--context N]";
+
+/// The value of `--name N` (a positive count), or `default`.
+fn count(args: &[String], name: &str, default: usize) -> Result<usize> {
+    let Some(i) = args.iter().position(|a| a == name) else { return Ok(default) };
+    let value = args.get(i + 1).ok_or_else(|| format!("{name} needs a value ({USAGE})"))?;
+    match value.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{name} {value}: expected a positive count").into()),
+    }
 }
 
-/// One forward pass of `tokens`, timed: (build, eval, read) in µs and the
-/// greedy token of the last row.
-fn step(model: &dyn LanguageModel, tokens: &Array, caches: &mut Vec<KvCache>) -> ([f64; 3], usize, u32) {
+/// One forward pass of `tokens`, timed: (build, eval, read) in µs, the
+/// step's graph nodes and the greedy token of the last row.
+fn step(model: &dyn LanguageModel, tokens: &Array, caches: &mut Vec<KvCache>) -> Result<([f64; 3], usize, u32)> {
     let t0 = Instant::now();
     let mut rows = [caches];
     let logits = {
-        let hidden = model.hidden_states(tokens, &mut BatchCaches::new(&mut rows)).expect("forward pass");
+        let hidden = model.hidden_states(tokens, &mut BatchCaches::new(&mut rows))?;
         let s = hidden.shape();
-        let last =
-            if s[1] == 1 { hidden } else { hidden.slice(&[0, s[1] - 1, 0], &[s[0], s[1], s[2]], &[1, 1, 1]).unwrap() };
-        model.logits(&last).expect("logits")
+        let last = if s[1] == 1 { hidden } else { hidden.slice(&[0, s[1] - 1, 0], &[s[0], s[1], s[2]], &[1, 1, 1])? };
+        model.logits(&last)?
     };
     let mut outputs: Vec<&Array> = rows[0].iter().flat_map(KvCache::arrays).collect();
     outputs.push(&logits);
@@ -48,34 +56,32 @@ fn step(model: &dyn LanguageModel, tokens: &Array, caches: &mut Vec<KvCache>) ->
     // Counted off the clock: listing the graph costs about as much as building it.
     let nodes = fast::pending_ops(&[&logits]).len();
     let listed = Instant::now();
-    fast::eval(&outputs).expect("eval");
+    fast::eval(&outputs)?;
     let t2 = Instant::now();
-    let values = logits.to_vec::<f32>().expect("logits");
+    let values = logits.to_vec::<f32>()?;
     let t3 = Instant::now();
     let us = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e6;
-    ([us(t0, t1), us(listed, t2), us(t2, t3)], nodes, argmax(&values))
+    Ok(([us(t0, t1), us(listed, t2), us(t2, t3)], nodes, argmax(&values)))
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let bundle = args.get(1).filter(|a| !a.starts_with("--")).expect("usage: step_phases BUNDLE [--steps N]");
-    let steps = flag(&args, "--steps", 128);
-    let context = flag(&args, "--context", 64);
+fn run(args: &[String]) -> Result<()> {
+    let bundle = args.get(1).filter(|a| !a.starts_with("--")).ok_or(USAGE)?;
+    let steps = count(args, "--steps", 128)?;
+    let context = count(args, "--context", 64)?;
     let options = LoadOptions {
         compute_dtype: None,
         backend: Default::default(),
         gpu_kernels: GpuKernelOptions { cache_root: None, missing: MissingGpuKernels::Refuse },
     };
-    let loaded = load(&PathBuf::from(bundle), &options).unwrap_or_else(|e| panic!("{bundle}: {e}"));
+    let loaded = load(&PathBuf::from(bundle), &options).map_err(|e| format!("{bundle}: {e}"))?;
     let model = loaded.backend.model();
     let mut caches = model.new_caches(None);
-    let prompt = Array::from_slice(&vec![1u32; context.max(1)], &[1, context.max(1) as i32]).unwrap();
-    let (_, _, mut token) = step(model, &prompt, &mut caches);
+    let prompt = Array::from_slice(&vec![1u32; context], &[1, i32::try_from(context)?])?;
+    let (_, _, mut token) = step(model, &prompt, &mut caches)?;
     let mut phases: [Vec<f64>; 3] = Default::default();
     let mut nodes = 0;
     for i in 0..steps + 2 {
-        let input = Array::from_slice(&[token], &[1, 1]).unwrap();
-        let (t, n, next) = step(model, &input, &mut caches);
+        let (t, n, next) = step(model, &Array::from_slice(&[token], &[1, 1])?, &mut caches)?;
         token = next;
         nodes = n;
         if i >= 2 {
@@ -96,4 +102,16 @@ fn main() {
         println!("{name:>24}: mean {mean:8.1} us, median {:8.1} us", p[p.len() / 2]);
     }
     println!("{:>24}: mean {total:8.1} us ({:.0} tok/s)", "step", 1e6 / total);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("step_phases: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -107,7 +107,7 @@ class OutputMemory {
     void* data = nullptr;
     {
       std::lock_guard lock(mutex_);
-      if (!stream_) stream_ = static_cast<cudaStream_t>(enc.stream());
+      if (!free_stream_) free_stream_ = static_cast<cudaStream_t>(enc.stream());
       auto& list = free_[size];
       if (!list.empty()) {
         data = list.back();
@@ -117,7 +117,7 @@ class OutputMemory {
     }
     if (!data) {
       CUdeviceptr p = 0;
-      check(driver().alloc_async(&p, size, reinterpret_cast<CUstream>(stream_)),
+      check(driver().alloc_async(&p, size, reinterpret_cast<CUstream>(static_cast<cudaStream_t>(enc.stream()))),
             "allocating " + std::to_string(size) + " bytes of device memory");
       data = reinterpret_cast<void*>(p);
     }
@@ -155,7 +155,7 @@ class OutputMemory {
         free_[buf->size].push_back(buf->data);
         cached_ += buf->size;
       } else {
-        driver().free_async(reinterpret_cast<CUdeviceptr>(buf->data), reinterpret_cast<CUstream>(stream_));
+        driver().free_async(reinterpret_cast<CUdeviceptr>(buf->data), reinterpret_cast<CUstream>(free_stream_));
       }
     }
     delete buf;
@@ -164,7 +164,9 @@ class OutputMemory {
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_ = 0;
-  cudaStream_t stream_ = nullptr;
+  // Frees of buffers beyond the cache go on the first stream seen (their
+  // kernels have all run by then: the encoder held them until they had).
+  cudaStream_t free_stream_ = nullptr;
 };
 
 // Device memory for `a`'s data (OutputMemory).
@@ -227,7 +229,7 @@ void bind(mx::cu::CommandEncoder& enc, const std::vector<array>& in, std::vector
 // inputs and outputs with the encoder.
 ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& in, std::vector<array>& out,
                         QuantSpec quant, const std::optional<RmsNormParams>& prologue, int count) {
-  const int first = 1 + (prologue && prologue->weight ? 1 : 0);
+  const int first = first_weight_input(prologue);
   const array& x = in[0];
   const int64_t ld = x_row_stride(x, "product");
   bind(enc, in, out);
@@ -337,7 +339,7 @@ void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& i
   a.w[0].out = mx::gpu_ptr<float>(out);
   if (a.rows == 0 || a.w[0].n == 0) return;
   const int act = spec.act == kern::Activation::Silu ? kActSilu : kActGeluTanh;
-  const auto dtype = inputs[1 + (spec.prologue && spec.prologue->weight ? 1 : 0) + 1].dtype();
+  const auto dtype = inputs[spec.weight_input(0) + 1].dtype();
   add_node(enc,
            "mlxcel::gated<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ", " +
                std::to_string(act) + ">",

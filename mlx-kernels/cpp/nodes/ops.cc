@@ -132,15 +132,16 @@ std::string rope_unsupported(const array& x, const RopeSpec& rope, int offset) {
   return "";
 }
 
-// x as our GPU kernels read it: rows with one stride. Our own nodes write
-// row-major outputs; anything else may be a strided view (a prompt's q and k
-// heads split by MLX's quantized matmul are transposed) and is made
+// `x` as our GPU kernels read it (on stream `s`): row-major. Our own nodes
+// write row-major outputs; anything else may be a strided view (q, k and v
+// heads split from MLX's quantized matmul are transposed) and is made
 // contiguous first, which costs a node but no copy when it already is.
-array gpu_rows(const array& x) {
+array gpu_rows(const array& x, mx::Stream s) {
+  if (x.is_available() && x.flags().row_contiguous) return x;
   if (pending<QuantizedProduct>(x) || pending<QuantizedGatedProduct>(x) || pending<RmsNorm>(x) ||
       pending<CachedAttention>(x))
     return x;
-  return mx::contiguous(x);
+  return mx::contiguous(x, false, s);
 }
 
 // Why our norm cannot take x and weight ("" when it can).
@@ -202,6 +203,8 @@ array split_heads(const array& x, array y, int heads) {
 std::vector<array> product_node(mx::Stream s, const array& x, QuantSpec quant, const std::vector<int>& heads,
                                 const std::vector<array>& weights) {
   auto px = absorb_norm(x);
+  // An absorbed norm's input went through gpu_rows when the norm was built.
+  if (s.device != mx::Device::cpu && !px.prologue) px.x = gpu_rows(px.x, s);
   ProductSpec spec{quant, heads, px.prologue, Epilogue::None, one_position_per_sequence(x)};
   auto inputs = product_inputs(px, weights);
   auto shapes = QuantizedProduct::shapes(inputs, spec);
@@ -214,6 +217,7 @@ std::vector<array> product_node(mx::Stream s, const array& x, QuantSpec quant, c
 array gated_node(mx::Stream s, kern::Activation act, const array& x, QuantSpec quant, int width,
                  const std::vector<array>& weights) {
   auto px = absorb_norm(x);
+  if (s.device != mx::Device::cpu && !px.prologue) px.x = gpu_rows(px.x, s);
   auto shape = x.shape();
   shape.back() = width;
   GatedSpec spec{quant, act, px.prologue, one_position_per_sequence(x)};
@@ -378,7 +382,7 @@ mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, f
   std::string why = s.device == mx::Device::cpu ? "" : gpu::norm_unsupported();
   if (why.empty()) why = norm_unsupported(x, weight);
   if (!use_kernel(path, "rms_norm", why)) return mlx_op();
-  std::vector<array> inputs{s.device == mx::Device::cpu ? x : gpu_rows(x)};
+  std::vector<array> inputs{s.device == mx::Device::cpu ? x : gpu_rows(x, s)};
   if (weight) inputs.push_back(*weight);
   NormSpec spec{{eps, weight.has_value()}, Epilogue::None};
   return array(x.shape(), mx::float32, std::make_shared<RmsNorm>(s, spec), std::move(inputs));
@@ -511,12 +515,7 @@ std::vector<mx::array> cached_attention(const mx::array& q, const mx::array& k, 
   for (const auto& row : rows)
     if (why.empty()) why = rope_unsupported(q, rope, row.offset);
   if (!use_kernel(path, "cached_attention", why)) return unfused(path);
-  // The GPU kernels read q, k and v row-major: our products write them so;
-  // anything else (MLX's products split into heads are transposed views) is
-  // made row-major first.
-  auto row_major = [&](const array& a) {
-    return s.device == mx::Device::cpu || pending<QuantizedProduct>(a) ? a : mx::contiguous(a, false, s);
-  };
+  auto row_major = [&](const array& a) { return s.device == mx::Device::cpu ? a : gpu_rows(a, s); };
   std::vector<array> inputs{row_major(q), row_major(k), row_major(v)};
   CachedAttentionSpec spec{rope_config(rope), {}, scale};
   for (const auto& row : rows) {

@@ -17,7 +17,7 @@ int run_products(std::vector<array>& in, const std::optional<RmsNormParams>& pro
                  bool row_invariant, const std::vector<float*>& dst) {
   const array& x = in[0];
   const bool norm_weight = prologue && prologue->weight;
-  const int first = 1 + (norm_weight ? 1 : 0);
+  const int first = first_weight_input(prologue);
   const int K = x.shape(-1);
   const int M = K == 0 ? 0 : static_cast<int>(x.size() / K);
   const int n = static_cast<int>(dst.size());
@@ -159,7 +159,7 @@ void QuantizedProduct::eval_gpu(const std::vector<array>& inputs, std::vector<ar
 
 std::vector<mx::Shape> QuantizedGatedProduct::output_shapes(const std::vector<array>& in) {
   auto shape = in[0].shape();
-  shape.back() = in[1 + (spec_.prologue && spec_.prologue->weight ? 1 : 0)].shape(0);
+  shape.back() = in[spec_.weight_input(0)].shape(0);
   return {shape};
 }
 

@@ -26,6 +26,12 @@ struct QuantSpec {
   int inputs_per_weight() const { return dense() ? 1 : 3; }
 };
 
+/// Index of a product node's first weight input: after x and, when the
+/// prologue has one, the norm's weight.
+inline int first_weight_input(const std::optional<RmsNormParams>& prologue) {
+  return 1 + (prologue && prologue->weight ? 1 : 0);
+}
+
 /// `x W_iᵀ` for 1 to 8 weights sharing x, in one node. Inputs: x, the
 /// prologue's norm weight if it has one, (codes, scales, biases) per
 /// quantized weight or the matrix per float weight, then the residual if the
@@ -45,9 +51,7 @@ struct ProductSpec {
   bool operator==(const ProductSpec&) const = default;
 
   /// Index of weight i's codes among the inputs.
-  int weight_input(int i) const {
-    return 1 + (prologue && prologue->weight ? 1 : 0) + quant.inputs_per_weight() * i;
-  }
+  int weight_input(int i) const { return first_weight_input(prologue) + quant.inputs_per_weight() * i; }
   /// One output in the plain layout (what a residual can be folded into).
   bool single_plain() const { return heads.size() == 1 && heads[0] == 0; }
 };
@@ -61,6 +65,9 @@ struct GatedSpec {
   /// As ProductSpec's.
   bool row_invariant = false;
   bool operator==(const GatedSpec&) const = default;
+
+  /// Index of weight i's codes (0: the gate, 1: up) among the inputs.
+  int weight_input(int i) const { return first_weight_input(prologue) + quant.inputs_per_weight() * i; }
 };
 
 class QuantizedProduct : public MultiNode {
