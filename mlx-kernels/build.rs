@@ -23,8 +23,9 @@ const KERNEL_SOURCES: [&str; 8] = [
 
 /// The kernels as MLX graph nodes (cpp/nodes/): launching, the node kinds,
 /// the fusion rules, inline evaluation, the operations the bridge calls and
-/// the GPU side of the products (gpu.cc: real with the `cuda` feature only).
-const NODE_SOURCES: [&str; 8] = [
+/// the GPU side of the nodes (gpu.cc) and recorded step graphs
+/// (gpu_graph.cc), both real with the `cuda` feature only.
+const NODE_SOURCES: [&str; 9] = [
     "cpp/nodes/launch.cc",
     "cpp/nodes/products.cc",
     "cpp/nodes/norm_rope.cc",
@@ -33,6 +34,7 @@ const NODE_SOURCES: [&str; 8] = [
     "cpp/nodes/inline_eval.cc",
     "cpp/nodes/ops.cc",
     "cpp/nodes/gpu.cc",
+    "cpp/nodes/gpu_graph.cc",
 ];
 
 fn main() {

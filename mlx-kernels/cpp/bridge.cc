@@ -744,6 +744,27 @@ size_t load_gpu_kernels(rust::Slice<const uint8_t> cubin, rust::Str names) {
 
 bool gpu_kernels_loaded() { return fast::gpu::loaded(); }
 
+std::unique_ptr<StepGraph> record_step(const ArrayList& outputs, const Array& tokens, const Array& logits,
+                                       rust::String& refusal) {
+  std::string why;
+  auto graph = fast::gpu::record_step(outputs.items, tokens.inner, logits.inner, why);
+  refusal = rust::String(why);
+  return graph;
+}
+
+bool replay_step(StepGraph& graph, rust::Slice<const uint32_t> tokens, const ArrayList& caches,
+                 rust::Slice<const CacheStep> rows, rust::Slice<float> logits) {
+  if (caches.items.size() != 2 * rows.size())
+    throw std::invalid_argument("replay_step takes a key and a value buffer per row");
+  std::vector<fast::gpu::ReplayRow> replay;
+  replay.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    replay.push_back({&caches.items[2 * i], &caches.items[2 * i + 1], r.offset, r.slot, r.visible, r.causal});
+  }
+  return graph.replay(tokens.data(), tokens.size(), replay, logits.data(), logits.size());
+}
+
 void synchronize() { mx::synchronize(); }
 size_t active_memory() { return mx::get_active_memory(); }
 size_t peak_memory() { return mx::get_peak_memory(); }

@@ -9,6 +9,7 @@
 
 #include "mlx/mlx.h"
 #include "mlxcel-mlx/cpp/kernels/kernels.h"
+#include "mlxcel-mlx/cpp/nodes/gpu.h"
 #include "mlxcel-mlx/cpp/nodes/ops.h"
 #include "rust/cxx.h"
 
@@ -171,6 +172,13 @@ rust::String cuda_arch();
 void set_jit_cache_dir(rust::Str dir);
 size_t load_gpu_kernels(rust::Slice<const uint8_t> cubin, rust::Str names);
 bool gpu_kernels_loaded();
+
+// Decode steps recorded as one CUDA graph (cpp/nodes/gpu.h).
+using StepGraph = fast::gpu::StepGraph;
+std::unique_ptr<StepGraph> record_step(const ArrayList& outputs, const Array& tokens, const Array& logits,
+                                       rust::String& refusal);
+bool replay_step(StepGraph& graph, rust::Slice<const uint32_t> tokens, const ArrayList& caches,
+                 rust::Slice<const CacheStep> rows, rust::Slice<float> logits);
 void synchronize();
 size_t active_memory();
 size_t peak_memory();

@@ -124,4 +124,27 @@ struct AttentionArgs {
   CacheRowArgs rows[kMaxAttentionRows];
 };
 
+/// Threads of the row-gather kernel (one element each).
+constexpr int kGatherThreads = 256;
+
+/// Rows `ids` of an affine-quantized table `[n, k]` (codes, scales and
+/// biases as in GpuWeight), dequantized as MLX's dequantize rounds
+/// (s · q, then + b) and multiplied by `scale` unless it is 1, into the
+/// row-major `out [count, k]`: a model's token embeddings.
+struct GatherRowsArgs {
+  /// Token ids, 32-bit, signed when `ids_signed` (negative ids count from
+  /// the end, as MLX's take does); out of range ones are clamped.
+  const int* ids;
+  int ids_signed;
+  int count;
+  int n;
+  int k;
+  int group;
+  const unsigned* codes;
+  const void* scales;
+  const void* biases;
+  float scale;
+  float* out;
+};
+
 }  // namespace mlxcel

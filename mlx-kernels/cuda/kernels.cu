@@ -1,6 +1,7 @@
 // mlxcel's CUDA kernels, one module (`mlxcel_kernels`): the quantized
 // products (products.cuh), a decode step's attention over the KV cache
-// (attention.cuh) and the RMS norm (norm.cuh).
+// (attention.cuh), the RMS norm (norm.cuh) and the token embeddings
+// (gather.cuh).
 //
 // Compiled ahead of time with NVRTC by `mlxcel-compile --target cuda-smXY`
 // (compiler/src/cuda; the .cuh files and gpu_args.h are handed to NVRTC as
@@ -15,3 +16,4 @@
 #include "products.cuh"
 #include "attention.cuh"
 #include "norm.cuh"
+#include "gather.cuh"

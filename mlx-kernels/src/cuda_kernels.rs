@@ -24,13 +24,14 @@ pub const MODULE: &str = "mlxcel_kernels";
 
 /// The module's CUDA source, and the headers it includes (handed to NVRTC
 /// in memory): the argument layout the host code shares, the products, the
-/// attention and the norm.
+/// attention, the norm and the row gather.
 pub const SOURCE: &str = include_str!("../cuda/kernels.cu");
-const HEADERS: [(&str, &str); 4] = [
+const HEADERS: [(&str, &str); 5] = [
     ("gpu_args.h", include_str!("../cuda/gpu_args.h")),
     ("products.cuh", include_str!("../cuda/products.cuh")),
     ("attention.cuh", include_str!("../cuda/attention.cuh")),
     ("norm.cuh", include_str!("../cuda/norm.cuh")),
+    ("gather.cuh", include_str!("../cuda/gather.cuh")),
 ];
 
 /// Code widths with kernels (codes that divide a 32-bit word).
@@ -51,7 +52,8 @@ pub const NORM_KERNEL: &str = "mlxcel::rms_norm";
 
 /// Every kernel's name expression, as `cpp/nodes/gpu.cc` looks them up:
 /// `mlxcel::product<BITS, SCALE>`, `mlxcel::gated<BITS, SCALE, ACT>`, then
-/// [`ATTENTION_KERNELS`] and [`NORM_KERNEL`].
+/// [`ATTENTION_KERNELS`] and [`NORM_KERNEL`], then the token embeddings'
+/// row gathers `mlxcel::gather<BITS, SCALE>`.
 pub fn name_expressions() -> Vec<String> {
     let mut names = Vec::new();
     for bits in BITS {
@@ -64,6 +66,11 @@ pub fn name_expressions() -> Vec<String> {
     }
     names.extend(ATTENTION_KERNELS.iter().map(|k| k.to_string()));
     names.push(NORM_KERNEL.to_string());
+    for bits in BITS {
+        for scale in SCALE_TYPES {
+            names.push(format!("mlxcel::gather<{bits}, {scale}>"));
+        }
+    }
     names
 }
 
@@ -121,9 +128,10 @@ mod tests {
         let nvrtc = Nvrtc::open(dir.join("lib/libnvrtc.so.13")).unwrap();
         let out = nvrtc.compile(&program("sm_90a", &dir.join("include"))).unwrap();
         assert_eq!(&out.cubin[..4], b"\x7fELF");
-        assert_eq!(out.lowered_names.len(), 31);
+        assert_eq!(out.lowered_names.len(), 40);
         assert_eq!(out.lowered_names[29].0, "mlxcel::copy_floats");
         assert_eq!(out.lowered_names[30].0, "mlxcel::rms_norm");
+        assert_eq!(out.lowered_names[36].0, "mlxcel::gather<4, __nv_bfloat16>");
         let (expression, lowered) = &out.lowered_names[1];
         assert_eq!(expression, "mlxcel::gated<2, float, 1>");
         assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1EEEvNS_11ProductArgsE"), "{lowered}");

@@ -472,6 +472,21 @@ pub(crate) mod bridge {
         fn set_jit_cache_dir(dir: &str) -> Result<()>;
         fn load_gpu_kernels(cubin: &[u8], names: &str) -> Result<usize>;
         fn gpu_kernels_loaded() -> bool;
+
+        type StepGraph;
+        fn record_step(
+            outputs: &ArrayList,
+            tokens: &Array,
+            logits: &Array,
+            refusal: &mut String,
+        ) -> Result<UniquePtr<StepGraph>>;
+        fn replay_step(
+            graph: Pin<&mut StepGraph>,
+            tokens: &[u32],
+            caches: &ArrayList,
+            rows: &[CacheStep],
+            logits: &mut [f32],
+        ) -> Result<bool>;
         fn synchronize() -> Result<()>;
         fn active_memory() -> usize;
         fn peak_memory() -> usize;

@@ -9,7 +9,8 @@
 //! [`Settings::apply`], which goes through the setters ([`crate::fast::set_isa`],
 //! [`crate::fast::set_default_threads`], [`crate::fast::set_spin`],
 //! [`crate::fast::set_default_path`], [`crate::fast::set_inline_eval`],
-//! [`crate::fast::set_amx`], [`crate::device::set_default_device`]) and
+//! [`crate::fast::set_amx`], [`crate::fast::set_step_graphs`],
+//! [`crate::device::set_default_device`]) and
 //! keeps freed memory for reuse ([`crate::fast::retain_freed_memory`]).
 //! Test binaries do the same in their init helper.
 //!
@@ -40,6 +41,8 @@ pub const KERNELS: &str = "MLXCEL_KERNELS";
 pub const INLINE_EVAL: &str = "MLXCEL_INLINE_EVAL";
 /// `MLXCEL_AMX`: whether the kernels may use AMX tiles.
 pub const AMX: &str = "MLXCEL_AMX";
+/// `MLXCEL_STEP_GRAPHS`: whether GPU decode steps are recorded and replayed.
+pub const STEP_GRAPHS: &str = "MLXCEL_STEP_GRAPHS";
 
 /// One environment variable [`Settings::from_env`] reads.
 #[derive(Clone, Copy, Debug)]
@@ -55,7 +58,7 @@ pub struct Variable {
 }
 
 /// Every variable [`Settings::from_env`] reads (README.md documents each).
-pub const VARIABLES: [Variable; 8] = [
+pub const VARIABLES: [Variable; 9] = [
     Variable {
         name: DEVICE,
         values: "cpu, gpu (cuda, metal), auto",
@@ -104,6 +107,12 @@ pub const VARIABLES: [Variable; 8] = [
         default: "1",
         meaning: "whether the avx512vnni kernels use AMX tiles where the CPU has them (same bits either way)",
     },
+    Variable {
+        name: STEP_GRAPHS,
+        values: "1, 0 (on, off, true, false, yes, no)",
+        default: "0 (until the replay is verified on a GPU: docs/cuda.md)",
+        meaning: "whether a GPU decode step of mlxcel's kernels only is recorded once as a CUDA graph and replayed for the next steps of the same sequences (same bits either way)",
+    },
 ];
 
 /// A setting that cannot be used.
@@ -151,6 +160,9 @@ pub struct Settings {
     pub inline_eval: bool,
     /// Whether the kernels may use AMX tiles ([`crate::fast::set_amx`]).
     pub amx: bool,
+    /// Whether GPU decode steps are replayed as recorded CUDA graphs
+    /// ([`crate::fast::set_step_graphs`]).
+    pub step_graphs: bool,
 }
 
 impl Default for Settings {
@@ -164,6 +176,7 @@ impl Default for Settings {
             kernels: Path::Auto,
             inline_eval: true,
             amx: true,
+            step_graphs: false,
         }
     }
 }
@@ -225,6 +238,9 @@ impl Settings {
         if let Some(v) = get(AMX) {
             s.amx = parse_bool(AMX, &v)?;
         }
+        if let Some(v) = get(STEP_GRAPHS) {
+            s.step_graphs = parse_bool(STEP_GRAPHS, &v)?;
+        }
         Ok(s)
     }
 
@@ -248,6 +264,7 @@ impl Settings {
         fast::set_default_path(self.kernels);
         fast::set_inline_eval(self.inline_eval);
         fast::set_amx(self.amx);
+        fast::set_step_graphs(self.step_graphs);
         fast::retain_freed_memory();
         Ok(device)
     }

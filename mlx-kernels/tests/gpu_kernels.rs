@@ -59,9 +59,14 @@ fn load() {
     });
 }
 
+/// A random matrix quantized, evaluated (as a bundle's weights are: the
+/// graphs under test then hold only the nodes they build).
 fn quantized(rng: &mut rand::rngs::StdRng, n: usize, k: usize, group: i32, bits: i32, scales: Dtype) -> Quantized {
     let w = arr(&normal(rng, n * k), &[n as i32, k as i32]).astype(scales).unwrap();
-    w.quantize(group, bits, QuantMode::Affine).unwrap()
+    let q = w.quantize(group, bits, QuantMode::Affine).unwrap();
+    let biases = q.biases.as_ref().expect("affine quantization has biases");
+    Array::eval_all(&[&q.weight, &q.scales, biases]).unwrap();
+    q
 }
 
 /// Largest |a - b| and largest |b|.
@@ -346,4 +351,73 @@ fn attention_rows_get_the_same_bits_alone_and_in_a_batch() {
         assert_eq!(alone, all[r as usize * width..(r as usize + 1) * width], "row {r} output");
         assert_eq!(caches[0], all_caches[r as usize], "row {r} buffers");
     }
+}
+
+/// Token embeddings: our GPU row gather gives exactly the CPU kernel's
+/// rows (both round s · q, then + b, then · scale), for every code width and
+/// scale type, 32-bit ids signed and unsigned (a negative id counts from the
+/// end, as MLX's take), with and without an embedding scale.
+#[test]
+fn row_gather_matches_the_cpu_kernel_exactly() {
+    load();
+    let (mut rng, _) = rng("row_gather_matches_the_cpu_kernel_exactly");
+    let (n, k) = (300usize, 576usize);
+    for bits in [2, 4, 8] {
+        for scales in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            let q = quantized(&mut rng, n, k, 64, bits, scales);
+            for scale in [1.0f32, 3.7] {
+                let unsigned = Array::from_slice(&[5u32, 0, 299, 17], &[1, 4]).unwrap();
+                let signed = Array::from_slice(&[5i32, -1, 299, 17], &[4, 1]).unwrap();
+                for ids in [&unsigned, &signed] {
+                    let what = format!("bits {bits} scales {scales:?} scale {scale} ids {:?}", ids.dtype());
+                    let ours = fast::on(Path::Kernel).quantized_embedding_scaled(ids, &q, scale).unwrap();
+                    assert_eq!(ops_of(&ours), ["MlxcelQuantizedGather"], "{what}");
+                    let cpu =
+                        on_cpu(|| vals(&fast::on(Path::Kernel).quantized_embedding_scaled(ids, &q, scale).unwrap()));
+                    assert_eq!(vals(&ours), cpu, "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// A step of our nodes only (embedding gather, a product with a folded
+/// norm) recorded as a step graph replays to exactly what evaluating the
+/// same step node by node gives for new token ids; a step with one of MLX's
+/// nodes is refused, naming it.
+#[test]
+fn recorded_steps_replay_bit_for_bit() {
+    load();
+    let (mut rng, _) = rng("recorded_steps_replay_bit_for_bit");
+    let (vocab, k) = (512usize, 576usize);
+    let table = quantized(&mut rng, vocab, k, 32, 8, Dtype::F16);
+    let head = quantized(&mut rng, vocab, k, 64, 4, Dtype::BF16);
+    let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
+    let step = |ids: &Array| {
+        let kernel = fast::on(Path::Kernel);
+        let h = kernel.quantized_embedding_scaled(ids, &table, 1.0).unwrap();
+        kernel.quantized_linear(&kernel.rms_norm(&h, Some(&norm), 1e-5).unwrap(), &head).unwrap()
+    };
+    let first = Array::from_slice(&[3u32, 400], &[2, 1]).unwrap();
+    let logits = step(&first);
+    let mut graph = match fast::StepGraph::record(&[&logits], &first, &logits).unwrap() {
+        fast::Recorded::Graph(g) => g,
+        fast::Recorded::Refused(why) => panic!("refused: {why}"),
+        fast::Recorded::NotThisStep => panic!("not recorded"),
+    };
+    for tokens in [[7u32, 8], [511, 0], [3, 400]] {
+        let mut replayed = vec![0.0f32; 2 * vocab];
+        assert!(graph.replay(&tokens, &[], &mut replayed).unwrap());
+        let want = vals(&step(&Array::from_slice(&tokens, &[2, 1]).unwrap()));
+        assert_eq!(replayed, want, "tokens {tokens:?}");
+    }
+    assert!(graph.replay(&[1], &[], &mut vec![0.0; 2 * vocab]).is_err(), "one token for a step of two");
+
+    let ids = Array::from_slice(&[1u32], &[1, 1]).unwrap();
+    let with_mlx = fast::on(Path::Mlx).add(&step(&ids), &step(&ids)).unwrap();
+    match fast::StepGraph::record(&[&with_mlx], &ids, &with_mlx).unwrap() {
+        fast::Recorded::Refused(why) => assert!(why.contains("Add"), "{why}"),
+        _ => panic!("a step with MLX's add was recorded"),
+    }
+    assert_eq!(vals(&with_mlx).len(), vocab, "a refused step is still evaluated");
 }

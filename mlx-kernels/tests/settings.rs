@@ -35,6 +35,7 @@ fn every_variable_parses_its_values() {
         ("MLXCEL_KERNELS", "mlx"),
         ("MLXCEL_INLINE_EVAL", "0"),
         ("MLXCEL_AMX", "no"),
+        ("MLXCEL_STEP_GRAPHS", "on"),
     ])
     .unwrap();
     assert_eq!(s.device, DeviceRequest::Exactly(Device::Cpu));
@@ -42,6 +43,7 @@ fn every_variable_parses_its_values() {
     assert_eq!(s.threads, Some(3));
     assert_eq!((s.spin_us, s.spin_yield, s.kernels, s.inline_eval), (0, false, Path::Mlx, false));
     assert!(!s.amx);
+    assert!(s.step_graphs);
     for (value, path) in [("auto", Path::Auto), ("1", Path::Auto), ("kernel", Path::Kernel), ("off", Path::Mlx)] {
         assert_eq!(parse(&[("MLXCEL_KERNELS", value)]).unwrap().kernels, path, "{value}");
     }
@@ -66,6 +68,7 @@ fn invalid_values_are_errors_naming_the_variable_and_value() {
         ("MLXCEL_KERNELS", "fast", "MLXCEL_KERNELS=fast: expected auto, kernel or mlx"),
         ("MLXCEL_INLINE_EVAL", "2", "MLXCEL_INLINE_EVAL=2: expected 1 or 0"),
         ("MLXCEL_AMX", "tiles", "MLXCEL_AMX=tiles: expected 1 or 0"),
+        ("MLXCEL_STEP_GRAPHS", "graph", "MLXCEL_STEP_GRAPHS=graph: expected 1 or 0"),
     ];
     for (var, value, message) in cases {
         let err = parse(&[(var, value)]).unwrap_err();
@@ -86,6 +89,7 @@ fn apply_sets_the_process_state_and_defaults_restore_it() {
         kernels: Path::Mlx,
         inline_eval: false,
         amx: false,
+        step_graphs: true,
     };
     assert_eq!(s.apply().unwrap(), Device::Cpu);
     assert_eq!(fast::isa(), worst);
@@ -96,11 +100,13 @@ fn apply_sets_the_process_state_and_defaults_restore_it() {
     assert_eq!(fast::default_path(), Path::Mlx);
     assert!(!fast::inline_eval());
     assert!(!fast::amx_active());
+    assert!(fast::step_graphs());
     let d = Settings { device: DeviceRequest::Exactly(Device::Cpu), ..Settings::default() };
     d.apply().unwrap();
     assert_eq!(fast::isa(), Isa::best());
     assert_eq!(fast::default_path(), Path::Auto);
     assert!(fast::inline_eval());
+    assert!(!fast::step_graphs());
     assert_eq!(fast::amx_active(), fast::amx_supported());
     assert!(fast::default_threads() >= 1);
     assert_eq!(fast::threads(), fast::default_threads());

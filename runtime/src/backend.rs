@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 
-use mlxcel_mlx::{Array, Dtype, fast};
+use mlxcel_mlx::device::{Device, default_device};
+use mlxcel_mlx::fast::{Recorded, StepGraph};
+use mlxcel_mlx::{Array, Dtype, cuda_kernels, fast};
 
 use crate::error::{Error, Result};
 use crate::kv_cache::{BatchCaches, KvCache, check_window};
@@ -120,6 +122,26 @@ pub struct MlxBackend {
     max_kv: Option<NonZeroUsize>,
     sequences: HashMap<SeqId, Vec<KvCache>>,
     next_id: SeqId,
+    /// The last GPU decode step, recorded for replay while the same
+    /// sequences keep decoding.
+    recorded: Option<RecordedStep>,
+    /// Batch sizes whose decode steps were refused recording: how many
+    /// times in a row, and why the last time.
+    unrecordable: HashMap<usize, (u32, String)>,
+}
+
+/// Refusals in a row after which decode steps of a batch size are not
+/// tried again: the first decode step may still compute weights converted
+/// lazily at load (a head only decode steps use), which are MLX's nodes
+/// that the next step no longer has.
+const REFUSALS_TO_STOP: u32 = 2;
+
+/// A decode step recorded as one CUDA graph ([`StepGraph`]) and the
+/// sequences it steps, in row order. It holds their cache buffers: it is
+/// dropped before anything else evaluates them.
+struct RecordedStep {
+    seqs: Vec<SeqId>,
+    graph: StepGraph,
 }
 
 impl MlxBackend {
@@ -135,7 +157,71 @@ impl MlxBackend {
             return Err(Error::InvalidParameter { name: "prefill_chunk", message: "must be at least 1".into() });
         }
         let max_kv = options.max_kv.map(|m| check_window("max_kv_size", m)).transpose()?;
-        Ok(MlxBackend { model, options, max_kv, sequences: HashMap::new(), next_id: 0 })
+        Ok(MlxBackend {
+            model,
+            options,
+            max_kv,
+            sequences: HashMap::new(),
+            next_id: 0,
+            recorded: None,
+            unrecordable: HashMap::new(),
+        })
+    }
+
+    /// Why decode steps of each batch size that was tried could not be
+    /// recorded as a step graph, the last time (GPU only; empty on the CPU,
+    /// where steps are never recorded).
+    pub fn unrecordable_steps(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.unrecordable.iter().map(|(&n, (_, why))| (n, why.as_str()))
+    }
+
+    /// Forgets the recorded step if it steps any of `seqs`.
+    fn forget_recorded(&mut self, seqs: &[SeqId]) {
+        if self.recorded.as_ref().is_some_and(|r| r.seqs.iter().any(|s| seqs.contains(s))) {
+            self.recorded = None;
+        }
+    }
+
+    /// Whether a decode step of `batch` sequences is to be recorded: on the
+    /// GPU with mlxcel's kernels loaded and step graphs on, unless steps of
+    /// that size were refused [`REFUSALS_TO_STOP`] times in a row.
+    fn records(&self, batch: usize) -> bool {
+        fast::step_graphs()
+            && default_device() == Device::Gpu
+            && cuda_kernels::loaded()
+            && self.unrecordable.get(&batch).is_none_or(|(n, _)| *n < REFUSALS_TO_STOP)
+    }
+
+    /// Replays the recorded step for `seqs` (the same sequences in the same
+    /// order) with `tokens`, when their caches still are its buffers;
+    /// `None` (and the recording forgotten) otherwise.
+    fn replay(&mut self, seqs: &[SeqId], tokens: &[u32]) -> Result<Option<LogitRows>> {
+        let Some(recorded) = self.recorded.as_mut() else { return Ok(None) };
+        if recorded.seqs != seqs {
+            self.recorded = None;
+            return Ok(None);
+        }
+        let vocab = self.model.vocab_size();
+        let mut logits = vec![0.0f32; seqs.len() * vocab];
+        let mut rows = Vec::new();
+        for s in seqs {
+            let caches = self.sequences.get(s).ok_or(Error::UnknownSequence(*s))?;
+            rows.extend(caches.iter().map(KvCache::replay_row));
+        }
+        let replayed = match rows.into_iter().collect::<Option<Vec<_>>>() {
+            Some(rows) => recorded.graph.replay(tokens, &rows, &mut logits),
+            None => Ok(false), // a cache must grow: its new buffers need a new recording
+        };
+        if !matches!(replayed, Ok(true)) {
+            self.recorded = None;
+            return replayed.map(|_| None).map_err(Error::from);
+        }
+        for s in seqs {
+            for cache in self.sequences.get_mut(s).ok_or(Error::UnknownSequence(*s))? {
+                cache.advance_replayed();
+            }
+        }
+        LogitRows::new(logits, vocab).map(Some)
     }
 
     /// Refuses a step that would take `seq` past the context.
@@ -153,6 +239,16 @@ impl MlxBackend {
     /// position when asked. The step's cache writes are evaluated with it so
     /// the lazy graph never spans more than one step.
     fn step(&mut self, seqs: &[SeqId], tokens: &Array, want_logits: bool) -> Result<Option<LogitRows>> {
+        // A recorded step holds its caches' buffers, which this step's
+        // cached attention must be free to write in place.
+        self.forget_recorded(seqs);
+        // Only a step whose caches all write in place without growing is
+        // like the next ones (a growing cache's new buffers come from MLX's
+        // nodes, and the next step writes elsewhere).
+        let record = want_logits
+            && tokens.shape().get(1) == Some(&1)
+            && self.records(seqs.len())
+            && seqs.iter().all(|s| self.sequences.get(s).is_some_and(|c| c.iter().all(|c| c.replay_row().is_some())));
         for (i, s) in seqs.iter().enumerate() {
             if seqs[..i].contains(s) {
                 return Err(Error::InvalidParameter {
@@ -176,20 +272,35 @@ impl MlxBackend {
         }
         let result = {
             let mut rows: Vec<&mut Vec<KvCache>> = taken.iter_mut().map(|(_, c)| c).collect();
-            forward(self.model.as_ref(), tokens, &mut rows, want_logits)
+            forward(self.model.as_ref(), tokens, &mut rows, want_logits, record)
         };
         self.sequences.extend(taken);
-        result
+        let (logits, recorded) = result?;
+        match recorded {
+            Some(Recorded::Graph(graph)) => {
+                self.unrecordable.remove(&seqs.len());
+                self.recorded = Some(RecordedStep { seqs: seqs.to_vec(), graph });
+            }
+            Some(Recorded::Refused(why)) => {
+                let refusals = self.unrecordable.get(&seqs.len()).map_or(0, |(n, _)| *n);
+                self.unrecordable.insert(seqs.len(), (refusals + 1, why));
+            }
+            Some(Recorded::NotThisStep) | None => {}
+        }
+        Ok(logits)
     }
 }
 
-/// One forward pass of `model` over `tokens: [B, L]` with each row's caches.
+/// One forward pass of `model` over `tokens: [B, L]` with each row's caches;
+/// with `record`, the step evaluated through [`StepGraph::record`] (which
+/// says what it made of it).
 fn forward(
     model: &dyn LanguageModel,
     tokens: &Array,
     rows: &mut [&mut Vec<KvCache>],
     want_logits: bool,
-) -> Result<Option<LogitRows>> {
+    record: bool,
+) -> Result<(Option<LogitRows>, Option<Recorded>)> {
     let hidden = model.hidden_states(tokens, &mut BatchCaches::new(rows))?;
     let logits = if want_logits {
         // Only the last position's logits are needed: project that row alone.
@@ -207,10 +318,16 @@ fn forward(
     if let Some(l) = &logits {
         outputs.push(l);
     }
-    // Inline when the step is all mlxcel kernels (the CPU path): no MLX
-    // stream task per node.
-    fast::eval(&outputs)?;
-    let Some(logits) = logits else { return Ok(None) };
+    let recorded = match &logits {
+        Some(l) if record => Some(StepGraph::record(&outputs, tokens, l)?),
+        // Inline when the step is all mlxcel kernels (the CPU path): no MLX
+        // stream task per node.
+        _ => {
+            fast::eval(&outputs)?;
+            None
+        }
+    };
+    let Some(logits) = logits else { return Ok((None, recorded)) };
     let values = logits.to_vec::<f32>()?;
     let vocab = model.vocab_size();
     if values.len() != rows.len() * vocab {
@@ -220,7 +337,7 @@ fn forward(
             rows.len()
         )));
     }
-    LogitRows::new(values, vocab).map(Some)
+    Ok((Some(LogitRows::new(values, vocab)?), recorded))
 }
 
 impl Backend for MlxBackend {
@@ -232,6 +349,7 @@ impl Backend for MlxBackend {
     }
 
     fn release_sequence(&mut self, seq: SeqId) {
+        self.forget_recorded(&[seq]);
         self.sequences.remove(&seq);
     }
 
@@ -256,6 +374,9 @@ impl Backend for MlxBackend {
         }
         let seqs: Vec<SeqId> = batch.iter().map(|&(s, _)| s).collect();
         let tokens: Vec<u32> = batch.iter().map(|&(_, t)| t).collect();
+        if let Some(logits) = self.replay(&seqs, &tokens)? {
+            return Ok(logits);
+        }
         let input = Array::from_slice(&tokens, &[tokens.len() as i32, 1])?;
         self.step(&seqs, &input, true)?.ok_or_else(|| Error::Config("decode step produced no logits".into()))
     }

@@ -154,6 +154,42 @@ impl KvCache {
         }
     }
 
+    /// Where a replayed decode step's one position goes (a recorded step
+    /// graph, `fast::StepGraph`): the write [`KvCache::reserve`] would make
+    /// in the current buffers, with the cache's position; `None` when the
+    /// step needs the buffers to grow (the recorded graph writes the old
+    /// ones) or there are none yet. Follow a replay with
+    /// [`KvCache::advance_replayed`].
+    pub fn replay_row(&self) -> Option<CacheRow<'_>> {
+        let (keys, values, slot, visible) = match self {
+            KvCache::Full(c) => {
+                let (k, v) = (c.keys.as_ref()?, c.values.as_ref()?);
+                if c.offset + 1 > positions(k).ok()? {
+                    return None;
+                }
+                (k, v, c.offset, c.offset + 1)
+            }
+            KvCache::Sliding(c) => {
+                let (k, v) = (c.keys.as_ref()?, c.values.as_ref()?);
+                let cap = positions(k).ok()?;
+                if c.next >= cap {
+                    return None;
+                }
+                (k, v, c.next, (c.offset + 1).min(cap))
+            }
+        };
+        Some(CacheRow { offset: self.offset(), cache: CacheSlot { keys, values, slot, visible, causal: false } })
+    }
+
+    /// Moves the cache past the position a replayed step wrote in place
+    /// (the buffers stay the same arrays).
+    pub fn advance_replayed(&mut self) {
+        match self {
+            KvCache::Full(c) => c.offset += 1,
+            KvCache::Sliding(c) => c.advance(),
+        }
+    }
+
     /// Whether the cache can be cut back to its first `len` positions
     /// ([`KvCache::truncate`]). A growing cache always can; a sliding ring
     /// only while it has not wrapped (it still holds every position, in
@@ -423,6 +459,11 @@ impl SlidingCache {
     fn commit(&mut self, keys: Array, values: Array) {
         self.keys = Some(keys);
         self.values = Some(values);
+        self.advance();
+    }
+
+    /// One position further: the next goes to the following ring slot.
+    fn advance(&mut self) {
         self.offset += 1;
         self.next = if self.next + 1 >= self.window { 0 } else { self.next + 1 };
     }

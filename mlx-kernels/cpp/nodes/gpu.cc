@@ -6,9 +6,8 @@
 #include <stdexcept>
 
 #ifdef MLXCEL_CUDA
-#include <dlfcn.h>
-
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +19,8 @@
 #include "mlx/backend/cuda/allocator.h"
 #include "mlx/backend/cuda/device.h"
 #include "mlx/backend/cuda/utils.h"
+#include "mlxcel-mlx/cpp/nodes/gpu_driver.h"
+#include "mlxcel-mlx/cpp/nodes/gpu_graph.h"
 #include "mlxcel-mlx/cpp/nodes/launch.h"
 #include "mlxcel-mlx/cuda/gpu_args.h"
 #endif
@@ -27,23 +28,6 @@
 namespace mlxcel::fast::gpu {
 
 #ifdef MLXCEL_CUDA
-namespace {
-
-using mx::array;
-
-// The driver calls we make, looked up in the libcuda.so.1 that MLX's
-// libmlx has loaded (nothing here links against the driver, which exists
-// only on GPU hosts).
-struct Driver {
-  CUresult (*load)(CUmodule*, const void*) = nullptr;
-  CUresult (*function)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*error)(CUresult, const char**) = nullptr;
-  CUresult (*alloc_async)(CUdeviceptr*, size_t, CUstream) = nullptr;
-  CUresult (*free_async)(CUdeviceptr, CUstream) = nullptr;
-  CUresult (*free)(CUdeviceptr) = nullptr;
-  CUresult (*free_host)(void*) = nullptr;
-  CUresult (*to_host)(void*, CUdeviceptr, size_t) = nullptr;
-};
 
 const Driver& driver() {
   static const Driver d = [] {
@@ -51,19 +35,34 @@ const Driver& driver() {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (!lib) throw std::runtime_error(std::string("mlxcel GPU kernels: cannot load libcuda.so.1: ") + dlerror());
-    d.load = reinterpret_cast<decltype(d.load)>(dlsym(lib, "cuModuleLoadData"));
-    d.function = reinterpret_cast<decltype(d.function)>(dlsym(lib, "cuModuleGetFunction"));
-    d.error = reinterpret_cast<decltype(d.error)>(dlsym(lib, "cuGetErrorString"));
-    d.alloc_async = reinterpret_cast<decltype(d.alloc_async)>(dlsym(lib, "cuMemAllocAsync"));
-    d.free_async = reinterpret_cast<decltype(d.free_async)>(dlsym(lib, "cuMemFreeAsync"));
-    d.free = reinterpret_cast<decltype(d.free)>(dlsym(lib, "cuMemFree_v2"));
-    d.free_host = reinterpret_cast<decltype(d.free_host)>(dlsym(lib, "cuMemFreeHost"));
-    d.to_host = reinterpret_cast<decltype(d.to_host)>(dlsym(lib, "cuMemcpyDtoH_v2"));
-    if (!d.load || !d.function || !d.error || !d.alloc_async || !d.free_async || !d.free || !d.free_host ||
-        !d.to_host)
-      throw std::runtime_error(
-          "mlxcel GPU kernels: libcuda.so.1 lacks one of cuModuleLoadData, cuModuleGetFunction, cuMemAllocAsync, "
-          "cuMemFreeAsync, cuMemFree, cuMemFreeHost, cuMemcpyDtoH (a driver older than CUDA 11.2)");
+    std::string missing;
+    auto find = [&](auto& f, const char* name) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
+      if (!f) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    };
+    find(d.load, "cuModuleLoadData");
+    find(d.function, "cuModuleGetFunction");
+    find(d.error, "cuGetErrorString");
+    find(d.alloc_async, "cuMemAllocAsync");
+    find(d.free_async, "cuMemFreeAsync");
+    find(d.free, "cuMemFree_v2");
+    find(d.free_host, "cuMemFreeHost");
+    find(d.to_host, "cuMemcpyDtoH_v2");
+    // The names cuda.h maps these calls to (the kernel node parameters are
+    // its CUDA_KERNEL_NODE_PARAMS, version 2).
+    find(d.graph_create, "cuGraphCreate");
+    find(d.graph_add_kernel, "cuGraphAddKernelNode_v2");
+    find(d.graph_instantiate, "cuGraphInstantiateWithFlags");
+    find(d.graph_set_kernel, "cuGraphExecKernelNodeSetParams_v2");
+    find(d.graph_launch, "cuGraphLaunch");
+    find(d.graph_exec_destroy, "cuGraphExecDestroy");
+    find(d.graph_destroy, "cuGraphDestroy");
+    find(d.to_device_async, "cuMemcpyHtoDAsync_v2");
+    find(d.to_host_async, "cuMemcpyDtoHAsync_v2");
+    find(d.synchronize, "cuStreamSynchronize");
+    if (!missing.empty())
+      throw std::runtime_error("mlxcel GPU kernels: libcuda.so.1 lacks " + missing +
+                               " (a driver older than CUDA 12)");
     return d;
   }();
   return d;
@@ -75,6 +74,10 @@ void check(CUresult r, const std::string& what) {
   driver().error(r, &s);
   throw std::runtime_error("mlxcel GPU kernels: " + what + ": " + (s ? s : "CUDA error " + std::to_string(r)));
 }
+
+namespace {
+
+using mx::array;
 
 // Device memory for our nodes' outputs, kept by size for reuse.
 //
@@ -192,6 +195,12 @@ const char* scale_type(mx::Dtype d) {
   return "float";
 }
 
+bool has_kernel(const std::string& expression) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.kernels.count(expression) != 0;
+}
+
 CUfunction kernel(const std::string& expression) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
@@ -223,6 +232,8 @@ void bind(mx::cu::CommandEncoder& enc, const std::vector<array>& in, std::vector
     allocate(o, enc);
     enc.set_output_array(o);
   }
+  note_buffers(in);
+  note_buffers(out);
 }
 
 // Fills the part of the arguments every product shares and registers the
@@ -268,8 +279,7 @@ ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& i
 void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, int rows_out, ProductArgs& a) {
   const int warps = kProductThreads / 32;
   dim3 grid((rows_out + warps - 1) / warps, (a.rows + kRowChunk - 1) / kRowChunk);
-  void* params[] = {&a};
-  enc.add_kernel_node_raw(kernel(expression), grid, dim3(kProductThreads), dim3(), 0, params);
+  add_launch(enc, kernel(expression), grid, dim3(kProductThreads), a);
 }
 
 }  // namespace
@@ -381,8 +391,7 @@ void eval_rms_norm(mx::Stream s, const NormSpec& spec, const std::vector<array>&
     a.residual = mx::gpu_ptr<float>(inputs.back());
   }
   if (a.rows == 0 || a.dim == 0) return;
-  void* params[] = {&a};
-  enc.add_kernel_node_raw(kernel("mlxcel::rms_norm"), dim3(a.rows), dim3(kNormThreads), dim3(), 0, params);
+  add_launch(enc, kernel("mlxcel::rms_norm"), dim3(a.rows), dim3(kNormThreads), a);
 }
 
 std::string attention_unsupported(int batch, int seq, int dim, int vdim) {
@@ -415,7 +424,9 @@ void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const 
     float* to = mx::gpu_ptr<float>(dst);
     void* params[] = {&from, &to, &n};
     const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
-    enc.add_kernel_node_raw(kernel("mlxcel::copy_floats"), dim3(std::max(blocks, 1u)), dim3(256), dim3(), 0, params);
+    const CUfunction copy = kernel("mlxcel::copy_floats");
+    enc.add_kernel_node_raw(copy, dim3(std::max(blocks, 1u)), dim3(256), dim3(), 0, params);
+    note_launch(enc, copy, dim3(std::max(blocks, 1u)), dim3(256), nullptr, 0, LaunchKind::Copy);
   }
   AttentionArgs a{};
   a.q = mx::gpu_ptr<float>(q);
@@ -448,18 +459,60 @@ void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const 
   // Rotated keys and the values into the buffers...
   for (const auto& in : inputs) enc.set_input_array(in);
   for (int i = 0; i < 2 * B; ++i) enc.set_output_array(outputs[1 + i]);
-  void* params[] = {&a};
+  note_buffers(inputs);
+  note_buffers(outputs);
   if (a.seq > 0)
-    enc.add_kernel_node_raw(kernel("mlxcel::rope_write"), dim3(a.seq, a.kv_heads, B), dim3(kWriteThreads), dim3(), 0,
-                            params);
+    add_launch(enc, kernel("mlxcel::rope_write"), dim3(a.seq, a.kv_heads, B), dim3(kWriteThreads), a,
+               LaunchKind::Attention);
   // ...then the attention, which reads them.
   enc.set_input_array(q);
   for (int i = 0; i < 2 * B; ++i) enc.set_input_array(outputs[1 + i]);
   if (a.freqs) enc.set_input_array(inputs[3 + 2 * B]);
   enc.set_output_array(outputs[0]);
   if (a.seq > 0 && a.heads > 0)
-    enc.add_kernel_node_raw(kernel("mlxcel::cached_attention"), dim3(a.heads, a.seq, B), dim3(kAttentionThreads),
-                            dim3(), 0, params);
+    add_launch(enc, kernel("mlxcel::cached_attention"), dim3(a.heads, a.seq, B), dim3(kAttentionThreads), a,
+               LaunchKind::Attention);
+}
+
+std::string gather_unsupported(int bits, kern::WeightLayout layout, mx::Dtype ids, size_t count) {
+  if (!loaded()) return "mlxcel's GPU kernels are not loaded";
+  if (bits != 2 && bits != 4 && bits != 8)
+    return "the GPU row gather takes 2-, 4- or 8-bit codes, not " + std::to_string(bits);
+  if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
+  if (ids != mx::int32 && ids != mx::uint32) return "the GPU row gather takes 32-bit ids";
+  if (count > 65535) return std::to_string(count) + " ids are more than one GPU gather launch takes";
+  if (!has_kernel("mlxcel::gather<4, float>"))
+    return "the bundle's GPU module has no row gather (compiled before it existed: compile the bundle again)";
+  return "";
+}
+
+void eval_gather(mx::Stream s, QuantSpec quant, float scale, const std::vector<array>& inputs, array& out) {
+  const array &ids = inputs[0], &codes = inputs[1], &scales = inputs[2], &biases = inputs[3];
+  require_row_major(ids, "ids");
+  require_row_major(codes, "codes");
+  require_row_major(scales, "scales");
+  require_row_major(biases, "biases");
+  auto& enc = mx::cu::get_command_encoder(s);
+  std::vector<array> outs{out};
+  // `outs[0]` shares `out`'s array: setting its data sets out's.
+  bind(enc, inputs, outs);
+  GatherRowsArgs a{};
+  a.ids = mx::gpu_ptr<int>(ids);
+  a.ids_signed = ids.dtype() == mx::int32 ? 1 : 0;
+  a.count = static_cast<int>(ids.size());
+  a.n = codes.shape(0);
+  a.k = out.shape(-1);
+  a.group = quant.group_size;
+  a.codes = mx::gpu_ptr<unsigned>(codes);
+  a.scales = mx::gpu_ptr<void>(scales);
+  a.biases = mx::gpu_ptr<void>(biases);
+  a.scale = scale;
+  a.out = mx::gpu_ptr<float>(out);
+  if (a.count == 0 || a.k == 0 || a.n == 0) return;
+  const std::string expression =
+      "mlxcel::gather<" + std::to_string(quant.bits) + ", " + scale_type(scales.dtype()) + ">";
+  add_launch(enc, kernel(expression), dim3((a.k + kGatherThreads - 1) / kGatherThreads, a.count),
+             dim3(kGatherThreads), a, LaunchKind::Gather);
 }
 
 #else  // without the cuda feature
@@ -495,6 +548,12 @@ void eval_rms_norm(mx::Stream, const NormSpec&, const std::vector<mx::array>&, m
 }
 
 std::string attention_unsupported(int, int, int, int) { return "this build has no CUDA kernels"; }
+
+std::string gather_unsupported(int, kern::WeightLayout, mx::Dtype, size_t) { return "this build has no CUDA kernels"; }
+
+void eval_gather(mx::Stream, QuantSpec, float, const std::vector<mx::array>&, mx::array&) {
+  throw std::runtime_error("mlxcel GPU gather: this build has no CUDA support");
+}
 
 void eval_cached_attention(mx::Stream, const CachedAttentionSpec&, const std::vector<mx::array>&,
                            std::vector<mx::array>&, const std::vector<bool>&) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -81,5 +82,53 @@ std::string attention_unsupported(int batch, int seq, int dim, int vdim);
 /// which says which buffers were `donated` (the others are copied first).
 void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const std::vector<mx::array>& inputs,
                            std::vector<mx::array>& outputs, const std::vector<bool>& donated);
+
+/// Why our GPU row gather cannot take `count` ids of dtype `ids` from a
+/// table with `bits`-wide codes in `layout` ("" when it can; the CPU checks
+/// of ops.cc apply first). A module compiled before the gather existed has
+/// none: such bundles keep MLX's ops for their embeddings.
+std::string gather_unsupported(int bits, kern::WeightLayout layout, mx::Dtype ids, size_t count);
+
+/// `eval_gpu` of QuantizedGather (quantized tables only): rows `inputs[0]`
+/// of the table `inputs[1..3]`, dequantized and times `scale`.
+void eval_gather(mx::Stream s, QuantSpec quant, float scale, const std::vector<mx::array>& inputs, mx::array& out);
+
+/// One sequence's cache in a replayed decode step: its key and value
+/// buffers (as the step's cached attention wrote them when it was recorded)
+/// and where this step goes (CachedAttention's `CacheRow` numbers).
+struct ReplayRow {
+  const mx::array* keys;
+  const mx::array* values;
+  int offset;
+  int slot;
+  int visible;
+  bool causal;
+};
+
+/// A decode step recorded as one CUDA graph of mlxcel's kernels, replayed
+/// for the next steps of the same sequences without building or
+/// evaluating a graph of nodes again (`record_step`).
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  /// Runs the step again for the token ids `tokens` (as many as recorded)
+  /// with each cache row at its new position, and copies the logits
+  /// (`logits_count` floats, the recorded logits' size) into `logits`.
+  /// Returns false, having run nothing, when `rows` are not the recorded
+  /// step's cache buffers one for one (a buffer grew or was replaced):
+  /// record the step again then.
+  virtual bool replay(const uint32_t* tokens, size_t count, const std::vector<ReplayRow>& rows, float* logits,
+                      size_t logits_count) = 0;
+};
+
+/// Evaluates `outputs` as MLX's eval does and, when every node it computes
+/// is one of our GPU nodes, records their kernel launches as a StepGraph
+/// whose inputs are `tokens` (an evaluated array of token ids the step's
+/// gather reads) and whose output is `logits` (one of `outputs`). Returns
+/// null when the step cannot be replayed: `refusal` then says why when
+/// that holds for every step of this shape (a node that is not ours), and
+/// is empty when only this step could not (a cache buffer was copied).
+std::unique_ptr<StepGraph> record_step(const std::vector<mx::array>& outputs, const mx::array& tokens,
+                                       const mx::array& logits, std::string& refusal);
 
 }  // namespace mlxcel::fast::gpu

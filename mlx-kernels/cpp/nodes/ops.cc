@@ -139,7 +139,7 @@ std::string rope_unsupported(const array& x, const RopeSpec& rope, int offset) {
 array gpu_rows(const array& x, mx::Stream s) {
   if (x.is_available() && x.flags().row_contiguous) return x;
   if (pending<QuantizedProduct>(x) || pending<QuantizedGatedProduct>(x) || pending<RmsNorm>(x) ||
-      pending<CachedAttention>(x))
+      pending<CachedAttention>(x) || pending<QuantizedGather>(x))
     return x;
   return mx::contiguous(x, false, s);
 }
@@ -337,13 +337,14 @@ mx::array quantized_gather(const mx::array& ids, const QuantizedWeight& w, int g
     return scale == 1.0f ? rows : mx::multiply(rows, array(scale, rows.dtype()));
   };
   std::string why;
-  if (s.device != mx::Device::cpu) {
-    why = kNotCpu;
-  } else if (!mx::issubdtype(ids.dtype(), mx::integer)) {
+  if (!mx::issubdtype(ids.dtype(), mx::integer)) {
     why = "ids must be integers, not " + dtype_str(ids.dtype());
   } else {
     why = quant_unsupported(w, group_size, bits);
   }
+  // On the GPU, our gather when the module has it: a decode step is then
+  // all our nodes, which a recorded step graph needs (gpu.h record_step).
+  if (why.empty() && s.device != mx::Device::cpu) why = gpu::gather_unsupported(bits, w.layout, ids.dtype(), ids.size());
   if (!use_kernel(path, "quantized_gather", why, w.layout)) return mlx_op();
   auto shape = ids.shape();
   shape.push_back(w.w.shape(1) * 32 / bits);

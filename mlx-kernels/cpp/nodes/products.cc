@@ -233,6 +233,9 @@ void QuantizedGather::eval_cpu(const std::vector<array>& inputs, array& out) {
   });
 }
 
+void QuantizedGather::eval_gpu(const std::vector<array>& inputs, array& out) {
+  gpu::eval_gather(stream(), quant_, scale_, inputs, out);
+}
 
 const char* GatedActivation::name() const {
   return act_ == kern::Activation::Silu ? "MlxcelSiluMul" : "MlxcelGeluTanhMul";

@@ -121,6 +121,8 @@ class QuantizedGather : public UnaryNode {
   }
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& in) override;
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override;
+  /// Quantized tables only (gpu.h).
+  void eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) override;
 
  private:
   QuantSpec quant_;

@@ -34,6 +34,23 @@ pub fn set_inline_eval(on: bool) {
     INLINE_EVAL.store(on, Ordering::Relaxed);
 }
 
+static STEP_GRAPHS: AtomicBool = AtomicBool::new(false);
+
+/// Whether GPU decode steps of mlxcel's kernels only are recorded once and
+/// replayed as one CUDA graph ([`crate::fast::StepGraph`]). Default false
+/// until the replay of a real model's steps has run on a GPU (docs/cuda.md
+/// "Decode steps replayed as one CUDA graph"). The runtime's backend asks
+/// before recording.
+pub fn step_graphs() -> bool {
+    STEP_GRAPHS.load(Ordering::Relaxed)
+}
+
+/// Turns step graphs on or off (off: every step is built and evaluated node
+/// by node, for comparison and debugging), process-wide.
+pub fn set_step_graphs(on: bool) {
+    STEP_GRAPHS.store(on, Ordering::Relaxed);
+}
+
 /// The inline half of [`eval`]: evaluates `outputs` on the calling thread and
 /// returns true when every node still to compute is one of mlxcel's CPU
 /// kernels (and none is traced); returns false, having computed nothing,

@@ -56,12 +56,14 @@ use crate::ops::{AttentionMask, QuantMode, Quantized};
 
 mod cpu;
 mod evaluation;
+mod step_graph;
 
 pub use cpu::{
     Isa, amx_active, amx_supported, bench_quantized_linear, default_threads, isa, read_bandwidth_gbs,
     retain_freed_memory, set_amx, set_default_threads, set_isa, set_spin, set_threads, threads,
 };
-pub use evaluation::{eval, eval_inline, inline_eval, pending_ops, set_inline_eval};
+pub use evaluation::{eval, eval_inline, inline_eval, pending_ops, set_inline_eval, set_step_graphs, step_graphs};
+pub use step_graph::{Recorded, StepGraph};
 
 /// Whose implementation an operation uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
