@@ -514,21 +514,9 @@ impl Fast {
         rows: &[CacheRow<'_>],
         scale: f32,
     ) -> Result<CachedAttention> {
-        let int = |name: &str, n: usize| {
-            i32::try_from(n).map_err(|_| Error::invalid("cached_attention", format!("{name} {n} is too large")))
-        };
+        let (buffers, steps) = cache_steps("cached_attention", rows)?;
         let mut arrays = vec![q, k, v];
-        let mut steps = Vec::with_capacity(rows.len());
-        for row in rows {
-            let cache = &row.cache;
-            arrays.extend([cache.keys, cache.values]);
-            steps.push(bridge::CacheStep {
-                offset: int("offset", row.offset)?,
-                slot: int("slot", cache.slot)?,
-                visible: int("visible", cache.visible)?,
-                causal: cache.causal,
-            });
-        }
+        arrays.extend(buffers);
         let parts = from_list(
             "cached_attention",
             bridge::fast_cached_attention(
@@ -620,6 +608,29 @@ pub struct CachedAttention {
     pub out: Array,
     /// Per row: the key and value buffers with the step's keys and values written.
     pub caches: Vec<(Array, Array)>,
+}
+
+/// Each row's key and value buffers, in row order, and its step as the
+/// bridge takes it (`op` names the caller in errors: positions past i32).
+pub(crate) fn cache_steps<'a>(
+    op: &'static str,
+    rows: &[CacheRow<'a>],
+) -> Result<(Vec<&'a Array>, Vec<bridge::CacheStep>)> {
+    let int =
+        |name: &str, n: usize| i32::try_from(n).map_err(|_| Error::invalid(op, format!("{name} {n} is too large")));
+    let mut buffers = Vec::with_capacity(2 * rows.len());
+    let mut steps = Vec::with_capacity(rows.len());
+    for row in rows {
+        let cache = &row.cache;
+        buffers.extend([cache.keys, cache.values]);
+        steps.push(bridge::CacheStep {
+            offset: int("offset", row.offset)?,
+            slot: int("slot", cache.slot)?,
+            visible: int("visible", cache.visible)?,
+            causal: cache.causal,
+        });
+    }
+    Ok((buffers, steps))
 }
 
 /// [`Fast::cached_attention`] on the [`default_path`].

@@ -67,20 +67,7 @@ impl StepGraph {
     /// logits' size). Returns false, having run nothing, when `rows` are
     /// not the recorded cache buffers one for one: record a step again.
     pub fn replay(&mut self, tokens: &[u32], rows: &[CacheRow<'_>], logits: &mut [f32]) -> Result<bool> {
-        let int = |name: &str, n: usize| {
-            i32::try_from(n).map_err(|_| Error::invalid("replay_step", format!("{name} {n} is too large")))
-        };
-        let mut buffers = Vec::with_capacity(2 * rows.len());
-        let mut steps = Vec::with_capacity(rows.len());
-        for row in rows {
-            buffers.extend([row.cache.keys, row.cache.values]);
-            steps.push(bridge::CacheStep {
-                offset: int("offset", row.offset)?,
-                slot: int("slot", row.cache.slot)?,
-                visible: int("visible", row.cache.visible)?,
-                causal: row.cache.causal,
-            });
-        }
+        let (buffers, steps) = super::cache_steps("replay_step", rows)?;
         let graph: Pin<&mut bridge::StepGraph> =
             self.inner.as_mut().ok_or_else(|| Error::invalid("replay_step", "an empty step graph"))?;
         bridge::replay_step(graph, tokens, &to_list(&buffers), &steps, logits).map_err(|e| Error::mlx("replay_step", e))
