@@ -6,7 +6,9 @@
 //! Quantized weights stay packed in their parameters and are dequantized
 //! inside the graph (MLX's affine layout: `bits`-wide codes packed
 //! little-end first into u32 words, one scale and bias per `group` codes of
-//! a row), so IREE fuses the dequantization into the product that reads it.
+//! a row): the bundle's bytes are the parameters as they are, and a
+//! compiler that fuses dequantization into products can (IREE 3.13's CPU
+//! backend does not: docs/stablehlo.md "Speed").
 
 use crate::builder::{Comparison, Function, Reduction, Value};
 use crate::error::{Result, shape};
@@ -173,10 +175,9 @@ pub fn matrix(f: &mut Function, w: &Weight) -> Result<Value> {
 /// `x Wᵀ + bias` over the last axis of `x` (`W [out, in]`, `bias [out]`).
 ///
 /// A quantized weight is contracted in its groups (`x` viewed as
-/// `[.., in / group, group]` against `[out, in / group, group]`), so the
-/// dequantization has the product's operand shape with no reshape between
-/// them: the form IREE's quantized-matmul rewrites look for. (IREE 3.13 on
-/// CPU still runs it far below bandwidth: docs/stablehlo.md "Speed".)
+/// `[.., in / group, group]` against `[out, in / group, group]`), the
+/// weight on the left: with `x` on the left IREE 3.13 also transposes the
+/// dequantized matrix, ten times slower (docs/stablehlo.md "Speed").
 pub fn linear(f: &mut Function, x: &Value, w: &Weight, bias: Option<&Value>) -> Result<Value> {
     let last = x.shape().len().checked_sub(1).ok_or_else(|| shape("linear", "a scalar input"))?;
     let y = match w {
@@ -186,11 +187,22 @@ pub fn linear(f: &mut Function, x: &Value, w: &Weight, bias: Option<&Value>) -> 
         }
         Weight::Quantized(q) => {
             let w = dequantize_grouped(f, q)?;
-            let (groups, group) = (w.shape()[1], w.shape()[2]);
-            let mut grouped = x.shape()[..last].to_vec();
+            let (out, groups, group) = (w.shape()[0], w.shape()[1], w.shape()[2]);
+            let rows = x.shape()[..last].to_vec();
+            let mut grouped = rows.clone();
             grouped.extend([groups, group]);
             let xg = f.reshape(x, &grouped)?;
-            f.dot_general(&xg, &w, (&[], &[]), (&[last, last + 1], &[1, 2]))?
+            // The weight on the left: `[out, ..rows]`, moved to `[..rows, out]` after.
+            let y = f.dot_general(&w, &xg, (&[], &[]), (&[1, 2], &[last, last + 1]))?;
+            let mut perm: Vec<usize> = (1..=last).collect();
+            perm.push(0);
+            if rows.iter().all(|&n| n == 1) {
+                let mut shape_to = rows;
+                shape_to.push(out);
+                f.reshape(&y, &shape_to)?
+            } else {
+                f.transpose(&y, &perm)?
+            }
         }
     };
     match bias {
