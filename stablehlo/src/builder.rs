@@ -309,9 +309,20 @@ impl Function {
         self.binary("and", a, b)
     }
 
-    /// `a >> b` of integers, shifting in zeros, elementwise.
+    /// `a | b` of integers, elementwise.
+    pub fn or(&mut self, a: &Value, b: &Value) -> Result<Value> {
+        self.binary("or", a, b)
+    }
+
+    /// `a >> b` of integers, shifting in zeros, elementwise (zero when `b`
+    /// is the bit width or more, as StableHLO defines it).
     pub fn shift_right_logical(&mut self, a: &Value, b: &Value) -> Result<Value> {
         self.binary("shift_right_logical", a, b)
+    }
+
+    /// `a << b` of integers, elementwise (zero when `b` is the bit width or more).
+    pub fn shift_left(&mut self, a: &Value, b: &Value) -> Result<Value> {
+        self.binary("shift_left", a, b)
     }
 
     fn unary(&mut self, op: &'static str, x: &Value) -> Result<Value> {
@@ -600,6 +611,31 @@ impl Function {
         operands.extend_from_slice(starts);
         let attrs = format!("slice_sizes = array<i64{}>", list(sizes));
         Ok(self.op("dynamic_slice", &operands, &attrs, TensorType::new(sizes, operand.element())))
+    }
+
+    /// The entries `indices` (constants) of `x` along `axis`: the same shape
+    /// with that axis `indices.len()` long.
+    pub fn take(&mut self, x: &Value, axis: usize, indices: &[i64]) -> Result<Value> {
+        let r = x.ty.rank();
+        if axis >= r || indices.is_empty() || indices.iter().any(|&i| i < 0 || i >= x.shape()[axis]) {
+            return Err(shape("gather", format!("entries {indices:?} of axis {axis} of {}", x.ty)));
+        }
+        let entries: Vec<String> = indices.iter().map(i64::to_string).collect();
+        let ity = TensorType::new(&[indices.len() as i64, 1], ElementType::I32);
+        let attrs = format!("value = dense<[[{}]]> : {ity}", entries.join("], ["));
+        let ids = self.op("constant", &[], &attrs, ity);
+        let offset_dims: Vec<usize> = (0..r).filter(|&d| d != axis).collect();
+        let mut sizes = x.shape().to_vec();
+        sizes[axis] = 1;
+        let mut shape_to = x.shape().to_vec();
+        shape_to[axis] = indices.len() as i64;
+        let attrs = format!(
+            "dimension_numbers = #stablehlo.gather<offset_dims = [{}], collapsed_slice_dims = [{axis}], \
+             start_index_map = [{axis}], index_vector_dim = 1>, slice_sizes = array<i64{}>",
+            bare(&offset_dims),
+            list(&sizes)
+        );
+        Ok(self.op("gather", &[x, &ids], &attrs, TensorType::new(&shape_to, x.element())))
     }
 
     /// Rows of a 2-D `table` picked by `ids` (i32, any shape): `[..ids, row]`.

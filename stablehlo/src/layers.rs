@@ -4,8 +4,8 @@
 //! of other types are converted where they are read.
 //!
 //! Quantized weights stay packed in their parameters and are dequantized
-//! inside the graph (MLX's affine layout: `bits`-wide codes packed
-//! little-end first into u32 words, one scale and bias per `group` codes of
+//! inside the graph (MLX's affine layout: each row one little-endian bit
+//! stream of `bits`-wide codes in u32 words, one scale and bias per `group` codes of
 //! a row): the bundle's bytes are the parameters as they are, and a
 //! compiler that fuses dequantization into products can (IREE 3.13's CPU
 //! backend does not: docs/stablehlo.md "Speed").
@@ -34,7 +34,7 @@ pub struct Quantized {
     pub scales: Value,
     /// Per-group biases `[out, in / group]`.
     pub biases: Value,
-    /// Bits per code: 2, 4 or 8 (codes that divide a word).
+    /// Bits per code, 2 to 8.
     pub bits: u32,
     /// Codes per scale.
     pub group: i64,
@@ -121,15 +121,22 @@ pub fn dequantize(f: &mut Function, q: &Quantized) -> Result<Value> {
 /// The f32 matrix a quantized weight holds, its rows split into groups:
 /// `[out, in / group, group]`.
 pub fn dequantize_grouped(f: &mut Function, q: &Quantized) -> Result<Value> {
-    if !matches!(q.bits, 2 | 4 | 8) || q.packed.element() != ElementType::I32 || q.packed.shape().len() != 2 {
+    if !(2..=8).contains(&q.bits) || q.packed.element() != ElementType::I32 || q.packed.shape().len() != 2 {
         return Err(shape(
             "dequantize",
-            format!("{}-bit codes in {} (2, 4 or 8 bits in 32-bit words)", q.bits, q.packed.ty()),
+            format!("{}-bit codes in {} (2 to 8 bits in 32-bit words)", q.bits, q.packed.ty()),
         ));
     }
-    let per_word = i64::from(32 / q.bits);
+    let bits = i64::from(q.bits);
+    // A row is one little-endian bit stream. Its codes repeat their
+    // alignment every `period` words, which hold `codes` codes.
+    let period = bits / gcd(bits, 32);
+    let codes_per_period = period * 32 / bits;
     let (out, words) = (q.packed.shape()[0], q.packed.shape()[1]);
-    let inputs = words * per_word;
+    if words % period != 0 {
+        return Err(shape("dequantize", format!("{words} words a row for {}-bit codes", q.bits)));
+    }
+    let inputs = words / period * codes_per_period;
     if q.group <= 0
         || inputs % q.group != 0
         || q.scales.shape() != [out, inputs / q.group]
@@ -145,13 +152,30 @@ pub fn dequantize_grouped(f: &mut Function, q: &Quantized) -> Result<Value> {
             ),
         ));
     }
-    let spread = TensorType::new(&[out, words, per_word], ElementType::I32);
-    let packed = f.broadcast_in_dim(&q.packed, &spread.shape, &[0, 1])?;
-    let shifts: Vec<i64> = (0..per_word).map(|i| i * i64::from(q.bits)).collect();
+    let periods = words / period;
+    // Code c of a period starts at bit c·bits: in word `lo` at `shift`, and
+    // when it straddles a word boundary, its high bits open word `lo + 1`.
+    let starts: Vec<i64> = (0..codes_per_period).map(|c| c * bits).collect();
+    let lo_words: Vec<i64> = starts.iter().map(|b| b / 32).collect();
+    let hi_words: Vec<i64> = starts.iter().map(|b| ((b + bits - 1) / 32).min(period - 1)).collect();
+    let shifts: Vec<i64> = starts.iter().map(|b| b % 32).collect();
+    // Shifting left by 32 gives zero: no high part for a code inside one word.
+    let hi_shifts: Vec<i64> = starts.iter().map(|b| if b % 32 + bits > 32 { 32 - b % 32 } else { 32 }).collect();
+    let spread = [out, periods, codes_per_period];
+    let by_period = if period == 1 { q.packed.clone() } else { f.reshape(&q.packed, &[out, periods, period])? };
+    let lo =
+        if period == 1 { f.broadcast_in_dim(&q.packed, &spread, &[0, 1])? } else { f.take(&by_period, 2, &lo_words)? };
     let shifts = f.ints(&shifts, ElementType::I32)?;
-    let shifts = f.broadcast_in_dim(&shifts, &spread.shape, &[2])?;
-    let codes = f.shift_right_logical(&packed, &shifts)?;
-    let mask = f.splat(f64::from((1u32 << q.bits) - 1), spread.clone());
+    let shifts = f.broadcast_in_dim(&shifts, &spread, &[2])?;
+    let mut codes = f.shift_right_logical(&lo, &shifts)?;
+    if hi_shifts.iter().any(|&s| s < 32) {
+        let hi = f.take(&by_period, 2, &hi_words)?;
+        let hi_shifts = f.ints(&hi_shifts, ElementType::I32)?;
+        let hi_shifts = f.broadcast_in_dim(&hi_shifts, &spread, &[2])?;
+        let high = f.shift_left(&hi, &hi_shifts)?;
+        codes = f.or(&codes, &high)?;
+    }
+    let mask = f.splat(f64::from((1u32 << q.bits) - 1), TensorType::new(&spread, ElementType::I32));
     let codes = f.and(&codes, &mask)?;
     let codes = f.convert(&codes, F32);
     let grouped = [out, inputs / q.group, q.group];
@@ -162,6 +186,10 @@ pub fn dequantize_grouped(f: &mut Function, q: &Quantized) -> Result<Value> {
     let biases = f.broadcast_in_dim(&biases, &grouped, &[0, 1])?;
     let w = f.multiply(&codes, &scales)?;
     f.add(&w, &biases)
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// The f32 matrix `[out, in]` of a weight.
@@ -342,19 +370,31 @@ pub struct CachedAttention {
     pub values: Value,
 }
 
+/// How [`cached_attention`] attends, besides its tensors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attend {
+    /// Multiplies the scores (`1/sqrt(head_dim)` unless the config says otherwise).
+    pub scale: f32,
+    /// Keys more than this many positions behind a query are not seen
+    /// (sliding-window layers); `None` for global attention.
+    pub window: Option<i64>,
+}
+
 /// Scaled dot-product attention of `q [b, heads, l, d]` over a cache
 /// `[b, kv_heads, capacity, d]` into which this step's `k`, `v`
-/// (`[b, kv_heads, l, d]`) are first written at position `offset` (an i32
-/// scalar): query `i` sees keys `0..=offset + i` (causal). Grouped-query
-/// heads share their kv head (`heads` a multiple of `kv_heads`).
+/// (`[b, kv_heads, l, d]`) are first written at each row's position
+/// `offsets` (an i32 scalar for every row, or one per row `[b]`): query `i`
+/// of row `r` sees keys `0..=offsets[r] + i` (causal), and with a window
+/// only the last `window` of them. Grouped-query heads share their kv head
+/// (`heads` a multiple of `kv_heads`).
 pub fn cached_attention(
     f: &mut Function,
     q: &Value,
     k: &Value,
     v: &Value,
     cache: (&Value, &Value),
-    offset: &Value,
-    scale: f32,
+    offsets: &Value,
+    how: Attend,
 ) -> Result<CachedAttention> {
     let [b, heads, l, d] = *q.shape() else {
         return Err(shape("attention", format!("queries {} (need [batch, heads, seq, head_dim])", q.ty())));
@@ -369,37 +409,52 @@ pub fn cached_attention(
         && v.shape() == k.shape()
         && cache_k.shape() == [b, kv_heads, capacity, d]
         && cache_v.shape() == cache_k.shape()
-        && l <= capacity;
+        && l <= capacity
+        && offsets.element() == ElementType::I32
+        && (offsets.shape().is_empty() || offsets.shape() == [b])
+        && how.window.is_none_or(|w| w > 0);
     if !fits {
         return Err(shape(
             "attention",
-            format!("q {}, k {}, v {}, caches {} and {}", q.ty(), k.ty(), v.ty(), cache_k.ty(), cache_v.ty()),
+            format!(
+                "q {}, k {}, v {}, caches {} and {}, offsets {}, window {:?}",
+                q.ty(),
+                k.ty(),
+                v.ty(),
+                cache_k.ty(),
+                cache_v.ty(),
+                offsets.ty(),
+                how.window
+            ),
         ));
     }
-    let zero = f.scalar(0.0, ElementType::I32);
-    let starts = [&zero, &zero, offset, &zero];
-    let k_new = f.convert(k, cache_k.element());
-    let v_new = f.convert(v, cache_v.element());
-    let keys = f.dynamic_update_slice(cache_k, &k_new, &starts)?;
-    let values = f.dynamic_update_slice(cache_v, &v_new, &starts)?;
+    let keys = write_rows(f, cache_k, k, offsets)?;
+    let values = write_rows(f, cache_v, v, offsets)?;
     let rep = heads / kv_heads;
     let qg = f.reshape(q, &[b, kv_heads, rep * l, d])?;
     let keys_f = f32_of(f, &keys);
     let values_f = f32_of(f, &values);
     // scores [b, kv_heads, rep·l, capacity]
     let scores = f.dot_general(&qg, &keys_f, (&[0, 1], &[0, 1]), (&[3], &[3]))?;
-    let s = f.splat(f64::from(scale), scores.ty().clone());
+    let s = f.splat(f64::from(how.scale), scores.ty().clone());
     let scores = f.multiply(&scores, &s)?;
-    // Query row r of the grouped axis is query r mod l; it sees keys t ≤ offset + r mod l.
-    let grid = TensorType::new(&[rep * l, capacity], ElementType::I32);
-    let rows = f.iota(grid.clone(), 0)?;
+    // Query r of the grouped axis is query r mod l of its row: it sits at
+    // position offset + r mod l and sees keys up to there.
+    let grid = TensorType::new(&[b, rep * l, capacity], ElementType::I32);
+    let rows = f.iota(grid.clone(), 1)?;
     let ls = f.splat(l as f64, grid.clone());
     let query = remainder(f, &rows, &ls)?;
-    let offsets = f.broadcast_in_dim(offset, &grid.shape, &[])?;
-    let last_seen = f.add(&query, &offsets)?;
-    let key_index = f.iota(grid, 1)?;
-    let visible = f.compare(&key_index, Comparison::Le, &last_seen)?;
-    let visible = f.broadcast_in_dim(&visible, scores.shape(), &[2, 3])?;
+    let offsets = f.broadcast_in_dim(offsets, &grid.shape, if offsets.shape().is_empty() { &[] } else { &[0] })?;
+    let position = f.add(&query, &offsets)?;
+    let key_index = f.iota(grid.clone(), 2)?;
+    let mut visible = f.compare(&key_index, Comparison::Le, &position)?;
+    if let Some(window) = how.window {
+        let w = f.splat(window as f64, grid);
+        let oldest = f.subtract(&position, &w)?;
+        let recent = f.compare(&key_index, Comparison::Gt, &oldest)?;
+        visible = f.and(&visible, &recent)?;
+    }
+    let visible = f.broadcast_in_dim(&visible, scores.shape(), &[0, 2, 3])?;
     let hidden = f.splat(f64::NEG_INFINITY, scores.ty().clone());
     let scores = f.select(&visible, &scores, &hidden)?;
     let probs = softmax_last(f, &scores)?;
@@ -409,6 +464,29 @@ pub fn cached_attention(
     let out = f.transpose(&out, &[0, 2, 1, 3])?;
     let out = f.reshape(&out, &[b, l, heads * d])?;
     Ok(CachedAttention { out, keys, values })
+}
+
+/// `cache [b, kv_heads, capacity, d]` with `new [b, kv_heads, l, d]` written
+/// at each row's offset (a scalar for all rows, or one per row).
+fn write_rows(f: &mut Function, cache: &Value, new: &Value, offsets: &Value) -> Result<Value> {
+    let new = f.convert(new, cache.element());
+    let zero = f.scalar(0.0, ElementType::I32);
+    if offsets.shape().is_empty() {
+        return f.dynamic_update_slice(cache, &new, &[&zero, &zero, offsets, &zero]);
+    }
+    // Rows at different positions: each row written on its own (decode
+    // batches are small), then joined.
+    let rows = cache.shape()[0];
+    let mut written = Vec::new();
+    for r in 0..rows {
+        let row = f.slice_axis(cache, 0, r, r + 1)?;
+        let update = f.slice_axis(&new, 0, r, r + 1)?;
+        let at = f.slice_axis(offsets, 0, r, r + 1)?;
+        let at = f.reshape(&at, &[])?;
+        written.push(f.dynamic_update_slice(&row, &update, &[&zero, &zero, &at, &zero])?);
+    }
+    let refs: Vec<&Value> = written.iter().collect();
+    f.concatenate(&refs, 0)
 }
 
 /// `a mod b` of non-negative i32s, elementwise.

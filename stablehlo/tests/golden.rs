@@ -10,7 +10,7 @@ mod iree_tools;
 
 use std::path::Path;
 
-use mlxcel_stablehlo::layers::{self, Quantized, Rope, Weight};
+use mlxcel_stablehlo::layers::{self, Attend, Quantized, Rope, Weight};
 use mlxcel_stablehlo::{ElementType, Function, Module, Target, TensorType};
 
 const HIDDEN: i64 = 64;
@@ -66,7 +66,8 @@ fn attention_block() -> Module {
     let rope = Rope::with_base(HEAD_DIM, false, 10000.0, 1.0);
     let q = layers::rope(&mut f, &q, &offset, &rope).unwrap();
     let k = layers::rope(&mut f, &k, &offset, &rope).unwrap();
-    let a = layers::cached_attention(&mut f, &q, &k, &v, (&ck, &cv), &offset, 0.25).unwrap();
+    let how = Attend { scale: 0.25, window: None };
+    let a = layers::cached_attention(&mut f, &q, &k, &v, (&ck, &cv), &offset, how).unwrap();
     let o = quantized(&mut f, &format!("{p}.self_attn.o_proj"), HIDDEN, HEADS * HEAD_DIM);
     let y = layers::linear(&mut f, &a.out, &o, None).unwrap();
     let out = f.add(&x, &y).unwrap();

@@ -11,7 +11,7 @@
 mod iree_tools;
 
 use iree_tools::{Compiled, Data, Input};
-use mlxcel_stablehlo::layers::{self, Gate, Quantized, Rope, Weight};
+use mlxcel_stablehlo::layers::{self, Attend, Gate, Quantized, Rope, Weight};
 use mlxcel_stablehlo::{ElementType, Function, Module, TensorType, Value};
 
 const F32: ElementType = ElementType::F32;
@@ -52,8 +52,7 @@ fn f32s(shape: &[i64]) -> TensorType {
 }
 
 /// A quantized matrix's codes, scales and biases, and its packed words in
-/// MLX's layout (code `j` of a row in word `j / (32 / bits)`, at bit
-/// `bits · (j mod 32 / bits)`).
+/// MLX's layout (each row one little-endian bit stream of its codes).
 struct QuantizedHost {
     rows: usize,
     cols: usize,
@@ -78,11 +77,17 @@ impl QuantizedHost {
         }
     }
 
+    /// Each row one little-endian bit stream of its codes, in 32-bit words.
     fn packed(&self) -> Vec<u32> {
-        let per_word = (32 / self.bits) as usize;
-        let mut words = vec![0u32; self.rows * self.cols / per_word];
+        let bits = self.bits as usize;
+        let row_words = self.cols * bits / 32;
+        let mut words = vec![0u32; self.rows * row_words];
         for (j, &c) in self.codes.iter().enumerate() {
-            words[j / per_word] |= c << (self.bits as usize * (j % per_word));
+            let (r, k) = (j / self.cols, j % self.cols);
+            for b in 0..bits {
+                let bit = k * bits + b;
+                words[r * row_words + bit / 32] |= ((c >> b) & 1) << (bit % 32);
+            }
         }
         words
     }
@@ -155,10 +160,13 @@ fn norms_products_and_quantized_products_match_their_definitions() {
     let gain = rng.floats(d as usize);
     let w = rng.floats((out * d) as usize);
     let bias = rng.floats(out as usize);
-    let q4 = QuantizedHost::random(&mut rng, out as usize, d as usize, 4, 32);
-    let q8 = QuantizedHost::random(&mut rng, out as usize, d as usize, 8, 64);
-    let q2 = QuantizedHost::random(&mut rng, out as usize, d as usize, 2, 32);
-
+    // Every width MLX packs: 2, 4 and 8 bits divide a word; 3, 5 and 6 straddle words.
+    let quantized: Vec<(String, QuantizedHost)> = [(4, 32), (8, 64), (2, 32), (3, 32), (5, 64), (6, 32)]
+        .into_iter()
+        .map(|(bits, group)| {
+            (format!("q{bits}"), QuantizedHost::random(&mut rng, out as usize, d as usize, bits, group))
+        })
+        .collect();
     let mut m = Module::new("products");
     let mut f = m.function("norm_linear", &[("x", f32s(&[b, l, d]))]);
     let xv = f.arg(0);
@@ -168,35 +176,42 @@ fn norms_products_and_quantized_products_match_their_definitions() {
     let bv = f.parameter("proj.bias", f32s(&[out])).unwrap();
     let y = layers::linear(&mut f, &normed, &wv, Some(&bv)).unwrap();
     f.finish(&mut m, &[&normed, &y]).unwrap();
-    for (name, q) in [("q4", &q4), ("q8", &q8), ("q2", &q2)] {
+    for (name, q) in &quantized {
         let mut f = m.function(name, &[("x", f32s(&[b, l, d]))]);
         let xv = f.arg(0);
         let w = Weight::Quantized(q.declare(&mut f, name));
         let y = layers::linear(&mut f, &xv, &w, None).unwrap();
         f.finish(&mut m, &[&y]).unwrap();
     }
+    // One row (a decode step of one sequence) takes the product's other path.
+    let mut f = m.function("q4_one_row", &[("x", f32s(&[1, 1, d]))]);
+    let xv = f.arg(0);
+    let q4w = Weight::Quantized(quantized[0].1.declare(&mut f, "q4"));
+    let y = layers::linear(&mut f, &xv, &q4w, None).unwrap();
+    f.finish(&mut m, &[&y]).unwrap();
     let mlir = m.to_mlir();
 
-    let packed = [Data::U32(q4.packed()), Data::U32(q8.packed()), Data::U32(q2.packed())];
-    let groups = [
-        (Data::F32(q4.scales.clone()), Data::F32(q4.biases.clone())),
-        (Data::F32(q8.scales.clone()), Data::F32(q8.biases.clone())),
-        (Data::F32(q2.scales.clone()), Data::F32(q2.biases.clone())),
-    ];
-    let shapes = [q4.shapes(), q8.shapes(), q2.shapes()];
+    struct Host {
+        names: [String; 3],
+        data: [Data; 3],
+        shapes: [Vec<i64>; 2],
+    }
+    let hosts: Vec<Host> = quantized
+        .iter()
+        .map(|(name, q)| Host {
+            names: ["weight", "scales", "biases"].map(|part| format!("{name}.{part}")),
+            data: [Data::U32(q.packed()), Data::F32(q.scales.clone()), Data::F32(q.biases.clone())],
+            shapes: q.shapes(),
+        })
+        .collect();
     let (gain_d, w_d, bias_d) = (Data::F32(gain.clone()), Data::F32(w.clone()), Data::F32(bias.clone()));
-    let names = [
-        ["q4.weight", "q4.scales", "q4.biases"],
-        ["q8.weight", "q8.scales", "q8.biases"],
-        ["q2.weight", "q2.scales", "q2.biases"],
-    ];
     let (gain_s, w_s, bias_s) = ([d], [out, d], [out]);
     let mut params: Vec<(&str, &Data, &[i64])> =
         vec![("norm.weight", &gain_d, &gain_s), ("proj.weight", &w_d, &w_s), ("proj.bias", &bias_d, &bias_s)];
-    for i in 0..3 {
-        params.push((names[i][0], &packed[i], &shapes[i][0]));
-        params.push((names[i][1], &groups[i].0, &shapes[i][1]));
-        params.push((names[i][2], &groups[i].1, &shapes[i][1]));
+    for h in &hosts {
+        params.push((&h.names[0], &h.data[0], &h.shapes[0]));
+        params.push((&h.names[1], &h.data[1], &h.shapes[1]));
+        params.push((&h.names[2], &h.data[2], &h.shapes[1]));
     }
     let compiled = Compiled::new("products", &mlir, &params);
 
@@ -212,10 +227,15 @@ fn norms_products_and_quantized_products_match_their_definitions() {
         *v += f64::from(bias[i % out as usize]);
     }
     close("linear", &outs[1], &y_ref);
-    for (name, q) in [("q4", &q4), ("q8", &q8), ("q2", &q2)] {
+    for (name, q) in &quantized {
         let got = compiled.run(name, &input, 1);
         close(name, &got[0], &matmul_ref(&x, rows, d as usize, out as usize, |o, i| q.value(o, i)));
     }
+    let row = &x[..d as usize];
+    let rd = Data::F32(row.to_vec());
+    let got = compiled.run("q4_one_row", &[Input::Array(&rd, &[1, 1, d])], 1);
+    let q4 = &quantized[0].1;
+    close("q4_one_row", &got[0], &matmul_ref(row, 1, d as usize, out as usize, |o, i| q4.value(o, i)));
 }
 
 #[test]
@@ -282,75 +302,121 @@ fn rope_gates_and_quantized_embeddings_match_their_definitions() {
     close("embedding", &got[0], &want);
 }
 
+/// One attention case: the batch's positions (one for all rows, or one per
+/// row) and the window.
+struct AttentionCase {
+    name: &'static str,
+    batch: usize,
+    offsets: Vec<usize>,
+    per_row: bool,
+    window: Option<usize>,
+}
+
 #[test]
 fn cached_attention_writes_the_cache_and_attends_causally_with_grouped_heads() {
-    let mut rng = Rng(0xCAFE);
-    let (b, heads, kv_heads, l, d, capacity, offset) = (1usize, 4usize, 2usize, 3usize, 8usize, 8usize, 4usize);
-    let q = rng.floats(b * heads * l * d);
-    let k = rng.floats(b * kv_heads * l * d);
-    let v = rng.floats(b * kv_heads * l * d);
-    let ck = rng.floats(b * kv_heads * capacity * d);
-    let cv = rng.floats(b * kv_heads * capacity * d);
+    let cases = [
+        AttentionCase { name: "one_offset", batch: 1, offsets: vec![4], per_row: false, window: None },
+        AttentionCase { name: "offset_per_row", batch: 2, offsets: vec![4, 1], per_row: true, window: None },
+        AttentionCase { name: "sliding_window", batch: 2, offsets: vec![5, 2], per_row: true, window: Some(3) },
+    ];
+    let (heads, kv_heads, l, d, capacity) = (4usize, 2usize, 3usize, 8usize, 8usize);
     let scale = 1.0 / (d as f32).sqrt();
+    let mut rng = Rng(0xCAFE);
+    for case in &cases {
+        let b = case.batch;
+        let q = rng.floats(b * heads * l * d);
+        let k = rng.floats(b * kv_heads * l * d);
+        let v = rng.floats(b * kv_heads * l * d);
+        let ck = rng.floats(b * kv_heads * capacity * d);
+        let cv = rng.floats(b * kv_heads * capacity * d);
 
-    let [bi, hi, ki, li, di, ci] = [b, heads, kv_heads, l, d, capacity].map(|n| n as i64);
-    let mut m = Module::new("attention");
-    let mut f = m.function(
-        "attend",
-        &[
-            ("q", f32s(&[bi, hi, li, di])),
-            ("k", f32s(&[bi, ki, li, di])),
-            ("v", f32s(&[bi, ki, li, di])),
-            ("cache_k", f32s(&[bi, ki, ci, di])),
-            ("cache_v", f32s(&[bi, ki, ci, di])),
-            ("offset", TensorType::scalar(ElementType::I32)),
-        ],
-    );
-    let a: Vec<Value> = f.args().to_vec();
-    let r = layers::cached_attention(&mut f, &a[0], &a[1], &a[2], (&a[3], &a[4]), &a[5], scale).unwrap();
-    f.finish(&mut m, &[&r.out, &r.keys, &r.values]).unwrap();
-    let compiled = Compiled::new("attention", &m.to_mlir(), &[]);
-    let data = [&q, &k, &v, &ck, &cv].map(|x| Data::F32(x.clone()));
-    let shapes = [[bi, hi, li, di], [bi, ki, li, di], [bi, ki, li, di], [bi, ki, ci, di], [bi, ki, ci, di]];
-    let mut inputs: Vec<Input<'_>> = data.iter().zip(&shapes).map(|(x, s)| Input::Array(x, s)).collect();
-    inputs.push(Input::ScalarI32(offset as i32));
-    let got = compiled.run("attend", &inputs, 3);
+        let [bi, hi, ki, li, di, ci] = [b, heads, kv_heads, l, d, capacity].map(|n| n as i64);
+        let offsets_ty =
+            if case.per_row { TensorType::new(&[bi], ElementType::I32) } else { TensorType::scalar(ElementType::I32) };
+        let mut m = Module::new("attention");
+        let mut f = m.function(
+            "attend",
+            &[
+                ("q", f32s(&[bi, hi, li, di])),
+                ("k", f32s(&[bi, ki, li, di])),
+                ("v", f32s(&[bi, ki, li, di])),
+                ("cache_k", f32s(&[bi, ki, ci, di])),
+                ("cache_v", f32s(&[bi, ki, ci, di])),
+                ("offsets", offsets_ty),
+            ],
+        );
+        let a: Vec<Value> = f.args().to_vec();
+        let how = Attend { scale, window: case.window.map(|w| w as i64) };
+        let r = layers::cached_attention(&mut f, &a[0], &a[1], &a[2], (&a[3], &a[4]), &a[5], how).unwrap();
+        f.finish(&mut m, &[&r.out, &r.keys, &r.values]).unwrap();
+        let compiled = Compiled::new(case.name, &m.to_mlir(), &[]);
+        let data = [&q, &k, &v, &ck, &cv].map(|x| Data::F32(x.clone()));
+        let shapes = [[bi, hi, li, di], [bi, ki, li, di], [bi, ki, li, di], [bi, ki, ci, di], [bi, ki, ci, di]];
+        let mut inputs: Vec<Input<'_>> = data.iter().zip(&shapes).map(|(x, s)| Input::Array(x, s)).collect();
+        let offsets_data = Data::I32(case.offsets.iter().map(|&o| o as i32).collect());
+        let offsets_shape = [bi];
+        inputs.push(if case.per_row {
+            Input::Array(&offsets_data, &offsets_shape)
+        } else {
+            Input::ScalarI32(case.offsets[0] as i32)
+        });
+        let got = compiled.run("attend", &inputs, 3);
 
-    // The caches with rows offset..offset+l replaced by this step's k, v.
-    let write = |cache: &[f32], new: &[f32]| -> Vec<f64> {
-        let mut c: Vec<f64> = cache.iter().map(|&x| f64::from(x)).collect();
-        for kv in 0..kv_heads {
-            for t in 0..l {
-                for e in 0..d {
-                    c[(kv * capacity + offset + t) * d + e] = f64::from(new[(kv * l + t) * d + e]);
+        let offset = |row: usize| case.offsets[if case.per_row { row } else { 0 }];
+        // The caches with rows offset..offset+l of each row replaced by this step's k, v.
+        let write = |cache: &[f32], new: &[f32]| -> Vec<f64> {
+            let mut c: Vec<f64> = cache.iter().map(|&x| f64::from(x)).collect();
+            for row in 0..b {
+                for kv in 0..kv_heads {
+                    for t in 0..l {
+                        for e in 0..d {
+                            c[((row * kv_heads + kv) * capacity + offset(row) + t) * d + e] =
+                                f64::from(new[((row * kv_heads + kv) * l + t) * d + e]);
+                        }
+                    }
+                }
+            }
+            c
+        };
+        let (keys, values) = (write(&ck, &k), write(&cv, &v));
+        close(&format!("{} keys", case.name), &got[1], &keys);
+        close(&format!("{} values", case.name), &got[2], &values);
+
+        // out[row, t, h·d + e] = Σ_s softmax_s(q·k_s · scale) v_s over the
+        // keys s the query at position p = offset + t sees: s ≤ p, and
+        // s > p - window with a window.
+        let mut want = vec![0.0; b * l * heads * d];
+        for row in 0..b {
+            for h in 0..heads {
+                let kv = row * kv_heads + h / (heads / kv_heads);
+                for t in 0..l {
+                    let p = offset(row) + t;
+                    let first = case.window.map_or(0, |w| (p + 1).saturating_sub(w));
+                    let seen: Vec<usize> = (first..=p).collect();
+                    let scores: Vec<f64> = seen
+                        .iter()
+                        .map(|&s| {
+                            (0..d)
+                                .map(|e| {
+                                    f64::from(q[((row * heads + h) * l + t) * d + e])
+                                        * keys[(kv * capacity + s) * d + e]
+                                })
+                                .sum::<f64>()
+                                * f64::from(scale)
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                    for e in 0..d {
+                        want[((row * l + t) * heads + h) * d + e] = seen
+                            .iter()
+                            .zip(&scores)
+                            .map(|(&s, sc)| (sc - max).exp() / total * values[(kv * capacity + s) * d + e])
+                            .sum();
+                    }
                 }
             }
         }
-        c
-    };
-    let (keys, values) = (write(&ck, &k), write(&cv, &v));
-    close("keys", &got[1], &keys);
-    close("values", &got[2], &values);
-
-    // out[0, t, h·d + e] = Σ_s softmax_s(q·k_s · scale) v_s over s ≤ offset + t.
-    let mut want = vec![0.0; l * heads * d];
-    for h in 0..heads {
-        let kv = h / (heads / kv_heads);
-        for t in 0..l {
-            let seen = offset + t + 1;
-            let scores: Vec<f64> = (0..seen)
-                .map(|s| {
-                    (0..d).map(|e| f64::from(q[(h * l + t) * d + e]) * keys[(kv * capacity + s) * d + e]).sum::<f64>()
-                        * f64::from(scale)
-                })
-                .collect();
-            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
-            for e in 0..d {
-                want[(t * heads + h) * d + e] =
-                    (0..seen).map(|s| (scores[s] - max).exp() / total * values[(kv * capacity + s) * d + e]).sum();
-            }
-        }
+        close(case.name, &got[0], &want);
     }
-    close("attention", &got[0], &want);
 }

@@ -143,65 +143,66 @@ module @attention_block {
     %123 = "stablehlo.concatenate"(%119, %122) {dimension = 3 : i64} : (tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>) -> tensor<1x2x1x16xf32>
     %124 = "stablehlo.constant"() {value = dense<0> : tensor<i32>} : () -> tensor<i32>
     %125 = "stablehlo.dynamic_update_slice"(%cache_k, %123, %124, %124, %offset, %124) : (tensor<1x2x32x16xf32>, tensor<1x2x1x16xf32>, tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x2x32x16xf32>
-    %126 = "stablehlo.dynamic_update_slice"(%cache_v, %79, %124, %124, %offset, %124) : (tensor<1x2x32x16xf32>, tensor<1x2x1x16xf32>, tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x2x32x16xf32>
-    %127 = "stablehlo.reshape"(%101) : (tensor<1x4x1x16xf32>) -> tensor<1x2x2x16xf32>
-    %128 = "stablehlo.dot_general"(%127, %125) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [3]>} : (tensor<1x2x2x16xf32>, tensor<1x2x32x16xf32>) -> tensor<1x2x2x32xf32>
-    %129 = "stablehlo.constant"() {value = dense<2.5e-1> : tensor<1x2x2x32xf32>} : () -> tensor<1x2x2x32xf32>
-    %130 = "stablehlo.multiply"(%128, %129) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
-    %131 = "stablehlo.iota"() {iota_dimension = 0 : i64} : () -> tensor<2x32xi32>
-    %132 = "stablehlo.constant"() {value = dense<1> : tensor<2x32xi32>} : () -> tensor<2x32xi32>
-    %133 = "stablehlo.divide"(%131, %132) : (tensor<2x32xi32>, tensor<2x32xi32>) -> tensor<2x32xi32>
-    %134 = "stablehlo.multiply"(%133, %132) : (tensor<2x32xi32>, tensor<2x32xi32>) -> tensor<2x32xi32>
-    %135 = "stablehlo.subtract"(%131, %134) : (tensor<2x32xi32>, tensor<2x32xi32>) -> tensor<2x32xi32>
-    %136 = "stablehlo.broadcast_in_dim"(%offset) {broadcast_dimensions = array<i64>} : (tensor<i32>) -> tensor<2x32xi32>
-    %137 = "stablehlo.add"(%135, %136) : (tensor<2x32xi32>, tensor<2x32xi32>) -> tensor<2x32xi32>
-    %138 = "stablehlo.iota"() {iota_dimension = 1 : i64} : () -> tensor<2x32xi32>
-    %139 = "stablehlo.compare"(%138, %137) {comparison_direction = #stablehlo<comparison_direction LE>} : (tensor<2x32xi32>, tensor<2x32xi32>) -> tensor<2x32xi1>
-    %140 = "stablehlo.broadcast_in_dim"(%139) {broadcast_dimensions = array<i64: 2, 3>} : (tensor<2x32xi1>) -> tensor<1x2x2x32xi1>
-    %141 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<1x2x2x32xf32>} : () -> tensor<1x2x2x32xf32>
-    %142 = "stablehlo.select"(%140, %130, %141) : (tensor<1x2x2x32xi1>, tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
-    %143 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32>
-    %144 = "stablehlo.reduce"(%142, %143) ({
+    %126 = "stablehlo.constant"() {value = dense<0> : tensor<i32>} : () -> tensor<i32>
+    %127 = "stablehlo.dynamic_update_slice"(%cache_v, %79, %126, %126, %offset, %126) : (tensor<1x2x32x16xf32>, tensor<1x2x1x16xf32>, tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x2x32x16xf32>
+    %128 = "stablehlo.reshape"(%101) : (tensor<1x4x1x16xf32>) -> tensor<1x2x2x16xf32>
+    %129 = "stablehlo.dot_general"(%128, %125) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [3]>} : (tensor<1x2x2x16xf32>, tensor<1x2x32x16xf32>) -> tensor<1x2x2x32xf32>
+    %130 = "stablehlo.constant"() {value = dense<2.5e-1> : tensor<1x2x2x32xf32>} : () -> tensor<1x2x2x32xf32>
+    %131 = "stablehlo.multiply"(%129, %130) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
+    %132 = "stablehlo.iota"() {iota_dimension = 1 : i64} : () -> tensor<1x2x32xi32>
+    %133 = "stablehlo.constant"() {value = dense<1> : tensor<1x2x32xi32>} : () -> tensor<1x2x32xi32>
+    %134 = "stablehlo.divide"(%132, %133) : (tensor<1x2x32xi32>, tensor<1x2x32xi32>) -> tensor<1x2x32xi32>
+    %135 = "stablehlo.multiply"(%134, %133) : (tensor<1x2x32xi32>, tensor<1x2x32xi32>) -> tensor<1x2x32xi32>
+    %136 = "stablehlo.subtract"(%132, %135) : (tensor<1x2x32xi32>, tensor<1x2x32xi32>) -> tensor<1x2x32xi32>
+    %137 = "stablehlo.broadcast_in_dim"(%offset) {broadcast_dimensions = array<i64>} : (tensor<i32>) -> tensor<1x2x32xi32>
+    %138 = "stablehlo.add"(%136, %137) : (tensor<1x2x32xi32>, tensor<1x2x32xi32>) -> tensor<1x2x32xi32>
+    %139 = "stablehlo.iota"() {iota_dimension = 2 : i64} : () -> tensor<1x2x32xi32>
+    %140 = "stablehlo.compare"(%139, %138) {comparison_direction = #stablehlo<comparison_direction LE>} : (tensor<1x2x32xi32>, tensor<1x2x32xi32>) -> tensor<1x2x32xi1>
+    %141 = "stablehlo.broadcast_in_dim"(%140) {broadcast_dimensions = array<i64: 0, 2, 3>} : (tensor<1x2x32xi1>) -> tensor<1x2x2x32xi1>
+    %142 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<1x2x2x32xf32>} : () -> tensor<1x2x2x32xf32>
+    %143 = "stablehlo.select"(%141, %131, %142) : (tensor<1x2x2x32xi1>, tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
+    %144 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32>
+    %145 = "stablehlo.reduce"(%143, %144) ({
     ^bb0(%acc: tensor<f32>, %elt: tensor<f32>):
       %folded = "stablehlo.maximum"(%acc, %elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%folded) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 3>} : (tensor<1x2x2x32xf32>, tensor<f32>) -> tensor<1x2x2xf32>
-    %145 = "stablehlo.broadcast_in_dim"(%144) {broadcast_dimensions = array<i64: 0, 1, 2>} : (tensor<1x2x2xf32>) -> tensor<1x2x2x32xf32>
-    %146 = "stablehlo.subtract"(%142, %145) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
-    %147 = "stablehlo.exponential"(%146) : (tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
-    %148 = "stablehlo.constant"() {value = dense<0.0e0> : tensor<f32>} : () -> tensor<f32>
-    %149 = "stablehlo.reduce"(%147, %148) ({
+    %146 = "stablehlo.broadcast_in_dim"(%145) {broadcast_dimensions = array<i64: 0, 1, 2>} : (tensor<1x2x2xf32>) -> tensor<1x2x2x32xf32>
+    %147 = "stablehlo.subtract"(%143, %146) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
+    %148 = "stablehlo.exponential"(%147) : (tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
+    %149 = "stablehlo.constant"() {value = dense<0.0e0> : tensor<f32>} : () -> tensor<f32>
+    %150 = "stablehlo.reduce"(%148, %149) ({
     ^bb0(%acc: tensor<f32>, %elt: tensor<f32>):
       %folded = "stablehlo.add"(%acc, %elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%folded) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 3>} : (tensor<1x2x2x32xf32>, tensor<f32>) -> tensor<1x2x2xf32>
-    %150 = "stablehlo.broadcast_in_dim"(%149) {broadcast_dimensions = array<i64: 0, 1, 2>} : (tensor<1x2x2xf32>) -> tensor<1x2x2x32xf32>
-    %151 = "stablehlo.divide"(%147, %150) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
-    %152 = "stablehlo.dot_general"(%151, %126) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]>} : (tensor<1x2x2x32xf32>, tensor<1x2x32x16xf32>) -> tensor<1x2x2x16xf32>
-    %153 = "stablehlo.reshape"(%152) : (tensor<1x2x2x16xf32>) -> tensor<1x4x1x16xf32>
-    %154 = "stablehlo.transpose"(%153) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x1x16xf32>) -> tensor<1x1x4x16xf32>
-    %155 = "stablehlo.reshape"(%154) : (tensor<1x1x4x16xf32>) -> tensor<1x1x64xf32>
-    %156 = util.global.load @"model.layers.0.self_attn.o_proj.weight" : tensor<64x8xi32>
-    %157 = util.global.load @"model.layers.0.self_attn.o_proj.scales" : tensor<64x2xbf16>
-    %158 = util.global.load @"model.layers.0.self_attn.o_proj.biases" : tensor<64x2xbf16>
-    %159 = "stablehlo.broadcast_in_dim"(%156) {broadcast_dimensions = array<i64: 0, 1>} : (tensor<64x8xi32>) -> tensor<64x8x8xi32>
-    %160 = "stablehlo.constant"() {value = dense<[0, 4, 8, 12, 16, 20, 24, 28]> : tensor<8xi32>} : () -> tensor<8xi32>
-    %161 = "stablehlo.broadcast_in_dim"(%160) {broadcast_dimensions = array<i64: 2>} : (tensor<8xi32>) -> tensor<64x8x8xi32>
-    %162 = "stablehlo.shift_right_logical"(%159, %161) : (tensor<64x8x8xi32>, tensor<64x8x8xi32>) -> tensor<64x8x8xi32>
-    %163 = "stablehlo.constant"() {value = dense<15> : tensor<64x8x8xi32>} : () -> tensor<64x8x8xi32>
-    %164 = "stablehlo.and"(%162, %163) : (tensor<64x8x8xi32>, tensor<64x8x8xi32>) -> tensor<64x8x8xi32>
-    %165 = "stablehlo.convert"(%164) : (tensor<64x8x8xi32>) -> tensor<64x8x8xf32>
-    %166 = "stablehlo.reshape"(%165) : (tensor<64x8x8xf32>) -> tensor<64x2x32xf32>
-    %167 = "stablehlo.convert"(%157) : (tensor<64x2xbf16>) -> tensor<64x2xf32>
+    %151 = "stablehlo.broadcast_in_dim"(%150) {broadcast_dimensions = array<i64: 0, 1, 2>} : (tensor<1x2x2xf32>) -> tensor<1x2x2x32xf32>
+    %152 = "stablehlo.divide"(%148, %151) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
+    %153 = "stablehlo.dot_general"(%152, %127) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [2]>} : (tensor<1x2x2x32xf32>, tensor<1x2x32x16xf32>) -> tensor<1x2x2x16xf32>
+    %154 = "stablehlo.reshape"(%153) : (tensor<1x2x2x16xf32>) -> tensor<1x4x1x16xf32>
+    %155 = "stablehlo.transpose"(%154) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x4x1x16xf32>) -> tensor<1x1x4x16xf32>
+    %156 = "stablehlo.reshape"(%155) : (tensor<1x1x4x16xf32>) -> tensor<1x1x64xf32>
+    %157 = util.global.load @"model.layers.0.self_attn.o_proj.weight" : tensor<64x8xi32>
+    %158 = util.global.load @"model.layers.0.self_attn.o_proj.scales" : tensor<64x2xbf16>
+    %159 = util.global.load @"model.layers.0.self_attn.o_proj.biases" : tensor<64x2xbf16>
+    %160 = "stablehlo.broadcast_in_dim"(%157) {broadcast_dimensions = array<i64: 0, 1>} : (tensor<64x8xi32>) -> tensor<64x8x8xi32>
+    %161 = "stablehlo.constant"() {value = dense<[0, 4, 8, 12, 16, 20, 24, 28]> : tensor<8xi32>} : () -> tensor<8xi32>
+    %162 = "stablehlo.broadcast_in_dim"(%161) {broadcast_dimensions = array<i64: 2>} : (tensor<8xi32>) -> tensor<64x8x8xi32>
+    %163 = "stablehlo.shift_right_logical"(%160, %162) : (tensor<64x8x8xi32>, tensor<64x8x8xi32>) -> tensor<64x8x8xi32>
+    %164 = "stablehlo.constant"() {value = dense<15> : tensor<64x8x8xi32>} : () -> tensor<64x8x8xi32>
+    %165 = "stablehlo.and"(%163, %164) : (tensor<64x8x8xi32>, tensor<64x8x8xi32>) -> tensor<64x8x8xi32>
+    %166 = "stablehlo.convert"(%165) : (tensor<64x8x8xi32>) -> tensor<64x8x8xf32>
+    %167 = "stablehlo.reshape"(%166) : (tensor<64x8x8xf32>) -> tensor<64x2x32xf32>
     %168 = "stablehlo.convert"(%158) : (tensor<64x2xbf16>) -> tensor<64x2xf32>
-    %169 = "stablehlo.broadcast_in_dim"(%167) {broadcast_dimensions = array<i64: 0, 1>} : (tensor<64x2xf32>) -> tensor<64x2x32xf32>
+    %169 = "stablehlo.convert"(%159) : (tensor<64x2xbf16>) -> tensor<64x2xf32>
     %170 = "stablehlo.broadcast_in_dim"(%168) {broadcast_dimensions = array<i64: 0, 1>} : (tensor<64x2xf32>) -> tensor<64x2x32xf32>
-    %171 = "stablehlo.multiply"(%166, %169) : (tensor<64x2x32xf32>, tensor<64x2x32xf32>) -> tensor<64x2x32xf32>
-    %172 = "stablehlo.add"(%171, %170) : (tensor<64x2x32xf32>, tensor<64x2x32xf32>) -> tensor<64x2x32xf32>
-    %173 = "stablehlo.reshape"(%155) : (tensor<1x1x64xf32>) -> tensor<1x1x2x32xf32>
-    %174 = "stablehlo.dot_general"(%172, %173) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [2, 3]>} : (tensor<64x2x32xf32>, tensor<1x1x2x32xf32>) -> tensor<64x1x1xf32>
-    %175 = "stablehlo.reshape"(%174) : (tensor<64x1x1xf32>) -> tensor<1x1x64xf32>
-    %176 = "stablehlo.add"(%x, %175) : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x64xf32>
-    func.return %176, %125, %126 : tensor<1x1x64xf32>, tensor<1x2x32x16xf32>, tensor<1x2x32x16xf32>
+    %171 = "stablehlo.broadcast_in_dim"(%169) {broadcast_dimensions = array<i64: 0, 1>} : (tensor<64x2xf32>) -> tensor<64x2x32xf32>
+    %172 = "stablehlo.multiply"(%167, %170) : (tensor<64x2x32xf32>, tensor<64x2x32xf32>) -> tensor<64x2x32xf32>
+    %173 = "stablehlo.add"(%172, %171) : (tensor<64x2x32xf32>, tensor<64x2x32xf32>) -> tensor<64x2x32xf32>
+    %174 = "stablehlo.reshape"(%156) : (tensor<1x1x64xf32>) -> tensor<1x1x2x32xf32>
+    %175 = "stablehlo.dot_general"(%173, %174) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [2, 3]>} : (tensor<64x2x32xf32>, tensor<1x1x2x32xf32>) -> tensor<64x1x1xf32>
+    %176 = "stablehlo.reshape"(%175) : (tensor<64x1x1xf32>) -> tensor<1x1x64xf32>
+    %177 = "stablehlo.add"(%x, %176) : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x64xf32>
+    func.return %177, %125, %127 : tensor<1x1x64xf32>, tensor<1x2x32x16xf32>, tensor<1x2x32x16xf32>
   }
 }
