@@ -80,6 +80,7 @@ pub struct Module {
     parameters: Vec<(String, TensorType)>,
     parameter_index: HashMap<String, usize>,
     functions: Vec<String>,
+    function_names: Vec<String>,
 }
 
 impl Module {
@@ -92,8 +93,21 @@ impl Module {
     /// the text only). Build its body, then [`Function::finish`] it into
     /// this module.
     pub fn function(&self, name: &str, args: &[(&str, TensorType)]) -> Function {
-        let args: Vec<Value> =
-            args.iter().map(|(n, ty)| Value { name: format!("%{}", sanitize(n)), ty: ty.clone() }).collect();
+        // Names as given where MLIR accepts them, made unique (a repeated
+        // name gets its position appended).
+        let mut seen = std::collections::HashSet::new();
+        let args: Vec<Value> = args
+            .iter()
+            .enumerate()
+            .map(|(i, (n, ty))| {
+                let mut name = sanitize(n);
+                if !seen.insert(name.clone()) {
+                    name = format!("{name}_{i}");
+                    seen.insert(name.clone());
+                }
+                Value { name: format!("%{name}"), ty: ty.clone() }
+            })
+            .collect();
         Function { name: name.to_string(), args, body: String::new(), next: 0, parameters: Vec::new() }
     }
 
@@ -153,13 +167,17 @@ impl Function {
         &self.args
     }
 
-    /// The argument at `index`.
+    /// The argument at `index` (panics past the last, like indexing [`Function::args`]).
     pub fn arg(&self, index: usize) -> Value {
         self.args[index].clone()
     }
 
     /// Ends the function returning `results` and adds it to `module`.
     pub fn finish(self, module: &mut Module, results: &[&Value]) -> Result<()> {
+        let symbol = sanitize(&self.name);
+        if module.function_names.contains(&symbol) {
+            return Err(shape("func", format!("a second function @{symbol} in module @{}", sanitize(&module.name))));
+        }
         for (name, ty) in &self.parameters {
             module.declare(name, ty)?;
         }
@@ -172,6 +190,7 @@ impl Function {
         let _ = writeln!(text, "    func.return {} : {}", names.join(", "), types.join(", "));
         text.push_str("  }\n");
         module.functions.push(text);
+        module.function_names.push(symbol);
         Ok(())
     }
 
@@ -560,11 +579,13 @@ impl Function {
         let result = TensorType::new(&shape_to, x.element());
         let s = TensorType::scalar(x.element());
         let v = self.fresh(result);
+        // The region's names start with `-`, which argument names never do
+        // (`sanitize`), so nothing outside is shadowed.
         let _ = write!(
             self.body,
-            "    {v} = \"stablehlo.reduce\"({x}, {init}) ({{\n    ^bb0(%acc: {s}, %elt: {s}):\n      \
-             %folded = \"stablehlo.{fold}\"(%acc, %elt) : ({s}, {s}) -> {s}\n      \
-             \"stablehlo.return\"(%folded) : ({s}) -> ()\n    }}) {{dimensions = array<i64{dims}>}} : ({xt}, {s}) -> {rt}\n",
+            "    {v} = \"stablehlo.reduce\"({x}, {init}) ({{\n    ^bb0(%-acc: {s}, %-elt: {s}):\n      \
+             %-folded = \"stablehlo.{fold}\"(%-acc, %-elt) : ({s}, {s}) -> {s}\n      \
+             \"stablehlo.return\"(%-folded) : ({s}) -> ()\n    }}) {{dimensions = array<i64{dims}>}} : ({xt}, {s}) -> {rt}\n",
             v = v.name,
             x = x.name,
             init = init.name,
@@ -745,6 +766,19 @@ mod tests {
         assert!(matches!(g.finish(&mut m, &[&w]), Err(Error::ParameterType { .. })));
         assert_eq!(m.parameters().len(), 1);
         assert_eq!(m.to_mlir().matches("util.global private").count(), 1);
+    }
+
+    #[test]
+    fn argument_and_function_names_stay_unique() {
+        let mut m = Module::new("m");
+        let f = m.function("f", &[("x", f32s(&[1])), ("x", f32s(&[1])), ("-acc", f32s(&[1]))]);
+        let names: Vec<String> = f.args().iter().map(|a| a.to_string()).collect();
+        assert_eq!(names, ["%x", "%x_1", "%_acc"]);
+        let x = f.arg(0);
+        f.finish(&mut m, &[&x]).unwrap();
+        let g = m.function("f", &[("x", f32s(&[1]))]);
+        let x = g.arg(0);
+        assert!(g.finish(&mut m, &[&x]).unwrap_err().to_string().contains("second function @f"));
     }
 
     #[test]

@@ -17,9 +17,9 @@ module @attention_block {
     %1 = "stablehlo.multiply"(%x, %x) : (tensor<1x1x64xf32>, tensor<1x1x64xf32>) -> tensor<1x1x64xf32>
     %2 = "stablehlo.constant"() {value = dense<0.0e0> : tensor<f32>} : () -> tensor<f32>
     %3 = "stablehlo.reduce"(%1, %2) ({
-    ^bb0(%acc: tensor<f32>, %elt: tensor<f32>):
-      %folded = "stablehlo.add"(%acc, %elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%folded) : (tensor<f32>) -> ()
+    ^bb0(%-acc: tensor<f32>, %-elt: tensor<f32>):
+      %-folded = "stablehlo.add"(%-acc, %-elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%-folded) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 2>} : (tensor<1x1x64xf32>, tensor<f32>) -> tensor<1x1xf32>
     %4 = "stablehlo.constant"() {value = dense<6.4e1> : tensor<1x1xf32>} : () -> tensor<1x1xf32>
     %5 = "stablehlo.divide"(%3, %4) : (tensor<1x1xf32>, tensor<1x1xf32>) -> tensor<1x1xf32>
@@ -163,18 +163,18 @@ module @attention_block {
     %143 = "stablehlo.select"(%141, %131, %142) : (tensor<1x2x2x32xi1>, tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
     %144 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32>
     %145 = "stablehlo.reduce"(%143, %144) ({
-    ^bb0(%acc: tensor<f32>, %elt: tensor<f32>):
-      %folded = "stablehlo.maximum"(%acc, %elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%folded) : (tensor<f32>) -> ()
+    ^bb0(%-acc: tensor<f32>, %-elt: tensor<f32>):
+      %-folded = "stablehlo.maximum"(%-acc, %-elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%-folded) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 3>} : (tensor<1x2x2x32xf32>, tensor<f32>) -> tensor<1x2x2xf32>
     %146 = "stablehlo.broadcast_in_dim"(%145) {broadcast_dimensions = array<i64: 0, 1, 2>} : (tensor<1x2x2xf32>) -> tensor<1x2x2x32xf32>
     %147 = "stablehlo.subtract"(%143, %146) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
     %148 = "stablehlo.exponential"(%147) : (tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
     %149 = "stablehlo.constant"() {value = dense<0.0e0> : tensor<f32>} : () -> tensor<f32>
     %150 = "stablehlo.reduce"(%148, %149) ({
-    ^bb0(%acc: tensor<f32>, %elt: tensor<f32>):
-      %folded = "stablehlo.add"(%acc, %elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%folded) : (tensor<f32>) -> ()
+    ^bb0(%-acc: tensor<f32>, %-elt: tensor<f32>):
+      %-folded = "stablehlo.add"(%-acc, %-elt) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%-folded) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 3>} : (tensor<1x2x2x32xf32>, tensor<f32>) -> tensor<1x2x2xf32>
     %151 = "stablehlo.broadcast_in_dim"(%150) {broadcast_dimensions = array<i64: 0, 1, 2>} : (tensor<1x2x2xf32>) -> tensor<1x2x2x32xf32>
     %152 = "stablehlo.divide"(%148, %151) : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x2x32xf32>
