@@ -37,7 +37,7 @@ flags=(--iree-input-type=stablehlo --iree-hal-target-device=local
   --iree-hal-local-target-device-backends=llvm-cpu --iree-llvmcpu-target-cpu=host)
 "$compile" "${flags[@]}" "$work/mlp.mlir" -o "$work/mlp.vmfb"
 "$compile" "${flags[@]}" "$work/dense.mlir" -o "$work/dense.vmfb"
-mapfile -t decls < <(sed 's/=[0-9]*$//; s/^/--data=/' "$work/decls.txt")
+mapfile -t decls < <(sed 's/^/--data=/' "$work/decls.txt")
 "$iree/_runtime_libs/iree-create-parameters" "${decls[@]}" --output="$work/mlp.irpa" > /dev/null
 "$iree/_runtime_libs/iree-create-parameters" --data=w=1536x576xf32 --output="$work/dense.irpa" > /dev/null
 

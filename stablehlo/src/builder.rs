@@ -76,9 +76,7 @@ pub enum Reduction {
 #[derive(Default)]
 pub struct Module {
     name: String,
-    /// Parameter name → its global's type, in first-use order.
-    parameters: Vec<(String, TensorType)>,
-    parameter_index: HashMap<String, usize>,
+    parameters: Parameters,
     functions: Vec<String>,
     function_names: Vec<String>,
 }
@@ -108,39 +106,23 @@ impl Module {
                 Value { name: format!("%{name}"), ty: ty.clone() }
             })
             .collect();
-        Function { name: name.to_string(), args, body: String::new(), next: 0, parameters: Vec::new() }
+        Function { name: name.to_string(), args, body: String::new(), next: 0, parameters: Parameters::default() }
     }
 
     /// The parameters the module's functions load, with their types, in
     /// first-use order.
     pub fn parameters(&self) -> &[(String, TensorType)] {
-        &self.parameters
-    }
-
-    fn declare(&mut self, name: &str, ty: &TensorType) -> Result<()> {
-        match self.parameter_index.get(name) {
-            Some(&i) if self.parameters[i].1 != *ty => Err(Error::ParameterType {
-                name: name.to_string(),
-                first: self.parameters[i].1.to_string(),
-                second: ty.to_string(),
-            }),
-            Some(_) => Ok(()),
-            None => {
-                self.parameter_index.insert(name.to_string(), self.parameters.len());
-                self.parameters.push((name.to_string(), ty.clone()));
-                Ok(())
-            }
-        }
+        &self.parameters.list
     }
 
     /// The module as MLIR text.
     pub fn to_mlir(&self) -> String {
         let mut out = format!("module @{} {{\n", sanitize(&self.name));
-        for (name, ty) in &self.parameters {
+        for (name, ty) in &self.parameters.list {
             let _ = writeln!(
                 out,
                 "  util.global private @{} = #stream.parameter.named<\"{PARAMETER_SCOPE}\"::{}> : {ty}",
-                symbol(name),
+                quoted(name),
                 quoted(name)
             );
         }
@@ -152,13 +134,40 @@ impl Module {
     }
 }
 
+/// Parameter names and their types, in first-use order: a module's globals,
+/// or the parameters one function loads.
+#[derive(Default)]
+struct Parameters {
+    list: Vec<(String, TensorType)>,
+    index: HashMap<String, usize>,
+}
+
+impl Parameters {
+    /// Adds `name` of type `ty`, unless it is there: then `ty` must be its type.
+    fn declare(&mut self, name: &str, ty: &TensorType) -> Result<()> {
+        match self.index.get(name) {
+            Some(&i) if self.list[i].1 != *ty => Err(Error::ParameterType {
+                name: name.to_string(),
+                first: self.list[i].1.to_string(),
+                second: ty.to_string(),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                self.index.insert(name.to_string(), self.list.len());
+                self.list.push((name.to_string(), ty.clone()));
+                Ok(())
+            }
+        }
+    }
+}
+
 /// A function being built (see [`Module::function`]).
 pub struct Function {
     name: String,
     args: Vec<Value>,
     body: String,
     next: usize,
-    parameters: Vec<(String, TensorType)>,
+    parameters: Parameters,
 }
 
 impl Function {
@@ -178,8 +187,8 @@ impl Function {
         if module.function_names.contains(&symbol) {
             return Err(shape("func", format!("a second function @{symbol} in module @{}", sanitize(&module.name))));
         }
-        for (name, ty) in &self.parameters {
-            module.declare(name, ty)?;
+        for (name, ty) in &self.parameters.list {
+            module.parameters.declare(name, ty)?;
         }
         let args: Vec<String> = self.args.iter().map(|a| format!("{}: {}", a.name, a.ty)).collect();
         let types: Vec<String> = results.iter().map(|r| r.ty.to_string()).collect();
@@ -196,20 +205,9 @@ impl Function {
 
     /// The bundle tensor `name` of type `ty`, loaded from its parameter.
     pub fn parameter(&mut self, name: &str, ty: TensorType) -> Result<Value> {
-        if let Some((_, known)) = self.parameters.iter().find(|(n, _)| n == name)
-            && *known != ty
-        {
-            return Err(Error::ParameterType {
-                name: name.to_string(),
-                first: known.to_string(),
-                second: ty.to_string(),
-            });
-        }
-        if !self.parameters.iter().any(|(n, _)| n == name) {
-            self.parameters.push((name.to_string(), ty.clone()));
-        }
+        self.parameters.declare(name, &ty)?;
         let v = self.fresh(ty);
-        let _ = writeln!(self.body, "    {} = util.global.load @{} : {}", v.name, symbol(name), v.ty);
+        let _ = writeln!(self.body, "    {} = util.global.load @{} : {}", v.name, quoted(name), v.ty);
         Ok(v)
     }
 
@@ -700,12 +698,6 @@ fn sanitize(name: &str) -> String {
         s.insert(0, '_');
     }
     s
-}
-
-/// A symbol name for a parameter: the tensor's name quoted, so names fall
-/// out of the bundle's tensors unchanged.
-fn symbol(name: &str) -> String {
-    quoted(name)
 }
 
 /// `name` as an MLIR string literal.

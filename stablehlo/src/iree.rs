@@ -143,7 +143,8 @@ impl IreeCompiler {
             .map_err(|e| io("running", e))?;
         // Written from another thread: the compiler may print before it has
         // read everything, and both pipes must drain.
-        let mut stdin = child.stdin.take().expect("stdin was piped");
+        let mut stdin =
+            child.stdin.take().ok_or_else(|| io("writing the module to", std::io::Error::other("no stdin pipe")))?;
         let text = mlir.to_string();
         let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
         let output = child.wait_with_output().map_err(|e| io("waiting for", e))?;

@@ -40,6 +40,35 @@ pub struct Quantized {
     pub group: i64,
 }
 
+impl Quantized {
+    /// The quantized matrix `[out, inputs]` stored as the bundle names it:
+    /// `NAME.weight` (the packed codes), `NAME.scales`, `NAME.biases` (of
+    /// `scales` type), loaded from their parameters.
+    pub fn parameters(
+        f: &mut Function,
+        name: &str,
+        [out, inputs]: [i64; 2],
+        bits: u32,
+        group: i64,
+        scales: ElementType,
+    ) -> Result<Quantized> {
+        if !(2..=8).contains(&bits) || group <= 0 || inputs % group != 0 || inputs * i64::from(bits) % 32 != 0 {
+            return Err(shape("dequantize", format!("{name}: {inputs} inputs of {bits} bits in groups of {group}")));
+        }
+        let groups = TensorType::new(&[out, inputs / group], scales);
+        Ok(Quantized {
+            packed: f.parameter(
+                &format!("{name}.weight"),
+                TensorType::new(&[out, inputs * i64::from(bits) / 32], ElementType::I32),
+            )?,
+            scales: f.parameter(&format!("{name}.scales"), groups.clone())?,
+            biases: f.parameter(&format!("{name}.biases"), groups)?,
+            bits,
+            group,
+        })
+    }
+}
+
 /// The gate's activation in a gated MLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gate {
@@ -192,14 +221,6 @@ fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// The f32 matrix `[out, in]` of a weight.
-pub fn matrix(f: &mut Function, w: &Weight) -> Result<Value> {
-    match w {
-        Weight::Dense(w) => Ok(f32_of(f, w)),
-        Weight::Quantized(q) => dequantize(f, q),
-    }
-}
-
 /// `x Wᵀ + bias` over the last axis of `x` (`W [out, in]`, `bias [out]`).
 ///
 /// A quantized weight is contracted in its groups (`x` viewed as
@@ -222,13 +243,13 @@ pub fn linear(f: &mut Function, x: &Value, w: &Weight, bias: Option<&Value>) -> 
             let xg = f.reshape(x, &grouped)?;
             // The weight on the left: `[out, ..rows]`, moved to `[..rows, out]` after.
             let y = f.dot_general(&w, &xg, (&[], &[]), (&[1, 2], &[last, last + 1]))?;
-            let mut perm: Vec<usize> = (1..=last).collect();
-            perm.push(0);
             if rows.iter().all(|&n| n == 1) {
                 let mut shape_to = rows;
                 shape_to.push(out);
                 f.reshape(&y, &shape_to)?
             } else {
+                let mut perm: Vec<usize> = (1..=last).collect();
+                perm.push(0);
                 f.transpose(&y, &perm)?
             }
         }

@@ -43,10 +43,9 @@ impl ElementType {
         match self {
             ElementType::I1 => (if value != 0.0 { "true" } else { "false" }).to_string(),
             ElementType::I32 => format!("{}", value as i64),
-            ElementType::F32 => float_literal(value as f32),
             // The narrower floats are written through f32: exact for every
             // value they can hold.
-            ElementType::F16 | ElementType::BF16 => float_literal(value as f32),
+            ElementType::F32 | ElementType::F16 | ElementType::BF16 => float_literal(value as f32),
         }
     }
 }

@@ -20,20 +20,7 @@ const HEAD_DIM: i64 = 16;
 const CAPACITY: i64 = 32;
 
 fn quantized(f: &mut Function, name: &str, out: i64, inputs: i64) -> Weight {
-    let (bits, group) = (4, 32);
-    Weight::Quantized(Quantized {
-        packed: f
-            .parameter(&format!("{name}.weight"), TensorType::new(&[out, inputs * bits / 32], ElementType::I32))
-            .unwrap(),
-        scales: f
-            .parameter(&format!("{name}.scales"), TensorType::new(&[out, inputs / group], ElementType::BF16))
-            .unwrap(),
-        biases: f
-            .parameter(&format!("{name}.biases"), TensorType::new(&[out, inputs / group], ElementType::BF16))
-            .unwrap(),
-        bits: bits as u32,
-        group,
-    })
+    Weight::Quantized(Quantized::parameters(f, name, [out, inputs], 4, 32, ElementType::BF16).unwrap())
 }
 
 fn attention_block() -> Module {

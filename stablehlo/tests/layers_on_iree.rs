@@ -103,14 +103,8 @@ impl QuantizedHost {
     }
 
     fn declare(&self, f: &mut Function, name: &str) -> Quantized {
-        let [packed, groups] = self.shapes();
-        Quantized {
-            packed: f.parameter(&format!("{name}.weight"), TensorType::new(&packed, ElementType::I32)).unwrap(),
-            scales: f.parameter(&format!("{name}.scales"), f32s(&groups)).unwrap(),
-            biases: f.parameter(&format!("{name}.biases"), f32s(&groups)).unwrap(),
-            bits: self.bits,
-            group: self.group as i64,
-        }
+        let shape = [self.rows as i64, self.cols as i64];
+        Quantized::parameters(f, name, shape, self.bits, self.group as i64, F32).unwrap()
     }
 }
 
