@@ -10,12 +10,13 @@ use std::path::PathBuf;
 /// The CPU kernels (cpp/kernels/, MLX-free: `make isa-check` builds them
 /// without MLX): one file per ISA, each compiled with its own `#pragma GCC
 /// target`, so no global -march flag is needed or used.
-const KERNEL_SOURCES: [&str; 8] = [
+const KERNEL_SOURCES: [&str; 9] = [
     "cpp/kernels/pool.cc",
     "cpp/kernels/dispatch.cc",
     "cpp/kernels/mlx_math.cc",
     "cpp/kernels/isa_scalar.cc",
     "cpp/kernels/isa_avx2.cc",
+    "cpp/kernels/isa_avx2i16.cc",
     "cpp/kernels/isa_avx512.cc",
     "cpp/kernels/isa_avx512vnni.cc",
     "cpp/kernels/isa_neon.cc",

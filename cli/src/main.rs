@@ -36,8 +36,10 @@ struct Cli {
     #[arg(long, global = true, value_parser = parse_device)]
     device: Option<DeviceRequest>,
 
-    /// The instruction set of mlxcel's CPU kernels: scalar, avx2, avx512,
-    /// avx512vnni or neon [default: MLXCEL_ISA, else the best this CPU has].
+    /// The instruction set of mlxcel's CPU kernels: scalar, avx2, avx2i16,
+    /// avx512, avx512vnni or neon [default: MLXCEL_ISA, else the best this CPU
+    /// has]. avx2i16 and avx512vnni round activations to int16 steps in the
+    /// quantized products (faster); avx2 and avx512 keep them f32.
     #[arg(long, global = true)]
     isa: Option<Isa>,
 

@@ -149,6 +149,7 @@ pub(crate) mod bridge {
         Avx512,
         Avx512Vnni,
         Neon,
+        Avx2I16,
     }
 
     /// The activation of a gated MLP (cpp/kernels/kernels.h).

@@ -67,7 +67,7 @@ pub const VARIABLES: [Variable; 9] = [
     },
     Variable {
         name: ISA,
-        values: "scalar, avx2, avx512, avx512vnni, neon",
+        values: "scalar, avx2, avx2i16, avx512, avx512vnni, neon",
         default: "the best this CPU supports",
         meaning: "the instruction set of mlxcel's CPU kernels",
     },
@@ -211,7 +211,7 @@ impl Settings {
         }
         if let Some(v) = get(ISA) {
             let isa = v.trim().to_ascii_lowercase().parse::<Isa>();
-            s.isa = Some(isa.map_err(|_| invalid(ISA, &v, "scalar, avx2, avx512, avx512vnni or neon"))?);
+            s.isa = Some(isa.map_err(|_| invalid(ISA, &v, "scalar, avx2, avx2i16, avx512, avx512vnni or neon"))?);
         }
         if let Some(v) = get(THREADS) {
             let n = v.trim().parse::<usize>().ok().filter(|n| (1..=MAX_THREADS).contains(n));

@@ -12,8 +12,8 @@
 //! batch size) are checked exactly by `cpp/tests/isa_check.cc`; here a decode
 //! batch is checked row by row against each row alone, bit for bit.
 //!
-//! The avx512vnni build rounds x to int16 steps, one per group of each row
-//! (`rows16_i16_impl.h`): each element moves by up to dx/2, dx = max|x| /
+//! The avx512vnni and avx2i16 builds round x to int16 steps, one per group
+//! of each row (`rows16_i16_impl.h`, `rows16_i16_avx2_impl.h`): each element moves by up to dx/2, dx = max|x| /
 //! 32767 over the group, an RMS of dx/√12 ≈ 2.2e-5·σ for normal x in groups
 //! of 32 (max ≈ 2.5σ). The step enters through s·q, whose RMS (q uniform in
 //! 0..15) is about twice that of w = s·q + b, so outputs move by ~5e-5
@@ -58,7 +58,7 @@ fn rows16(q: &Quantized) -> Quantized {
 /// The relative RMS bound of a 4- or 8-bit rows16 product under the ISA now
 /// in use: 1e-5 in f32, 2e-4 where x is rounded to int16 steps (above).
 fn product_tol() -> f32 {
-    if fast::isa() == fast::Isa::Avx512Vnni { 2e-4 } else { 1e-5 }
+    if fast::isa().rounds_rows16_activations() { 2e-4 } else { 1e-5 }
 }
 
 #[test]

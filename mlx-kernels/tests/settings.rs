@@ -60,7 +60,7 @@ fn invalid_values_are_errors_naming_the_variable_and_value() {
         ("MLXCEL_THREADS", "abc", "MLXCEL_THREADS=abc: expected a positive integer up to 4096"),
         ("MLXCEL_THREADS", "0", "MLXCEL_THREADS=0: expected a positive integer up to 4096"),
         ("MLXCEL_THREADS", "4097", "MLXCEL_THREADS=4097: expected"),
-        ("MLXCEL_ISA", "foo", "MLXCEL_ISA=foo: expected scalar, avx2, avx512, avx512vnni or neon"),
+        ("MLXCEL_ISA", "foo", "MLXCEL_ISA=foo: expected scalar, avx2, avx2i16, avx512, avx512vnni or neon"),
         ("MLXCEL_DEVICE", "tpu", "MLXCEL_DEVICE=tpu: expected cpu, gpu or auto"),
         ("MLXCEL_SPIN_US", "-1", "MLXCEL_SPIN_US=-1: expected microseconds"),
         ("MLXCEL_SPIN_US", "2000000", "MLXCEL_SPIN_US=2000000: expected"),

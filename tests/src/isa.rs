@@ -11,7 +11,9 @@ static KERNEL_BUILD: Mutex<()> = Mutex::new(());
 /// checking, then restores the best build: the best float build (neon,
 /// avx512, avx2 or scalar) with bound 1e-4, and, where the CPU has it, the
 /// avx512vnni build (int16 activations in the 4- and 8-bit matvecs,
-/// docs/kernels.md "Integer dot products") with bound 5e-3. The bounds are
+/// docs/kernels.md "Integer dot products") with bound 5e-3, or on CPUs
+/// without AVX-512 the avx2i16 build (int16 activations in the rows16
+/// products), with the same bound. The bounds are
 /// for logits of magnitude ~10 against mlx-lm (tests/tests/tiny_parity.rs
 /// says why); checks that compare bits ignore them.
 pub fn each_kernel_build(mut body: impl FnMut(&str, f32)) {
@@ -20,6 +22,8 @@ pub fn each_kernel_build(mut body: impl FnMut(&str, f32)) {
     let mut builds = vec![(float, 1e-4)];
     if Isa::Avx512Vnni.is_supported() {
         builds.push((Isa::Avx512Vnni, 5e-3));
+    } else if Isa::Avx2I16.is_supported() {
+        builds.push((Isa::Avx2I16, 5e-3));
     }
     for (isa, bound) in builds {
         fast::set_isa(isa).unwrap();

@@ -22,8 +22,8 @@
 //! row-major, so both layouts meet in one model) run the rows16 kernels. In
 //! the float builds they never round x, and the bound is 1e-3 (measured:
 //! 1.0e-4 SmolLM2, 6.1e-5 Gemma 3), so that rounding x anywhere would fail
-//! it. The avx512vnni build's rows16 kernel rounds x to int16 steps per
-//! group, with a second pass for the rounding residual of outlier groups
+//! it. The avx512vnni and avx2i16 builds' rows16 kernels round x to int16
+//! steps per group, with a second pass for the rounding residual of outlier groups
 //! (docs/kernels.md "rows16 on int16 activations"): measured 9.0e-3
 //! (SmolLM2) and 3.3e-3 (Gemma 3) when this bound was set (2.3e-2 on
 //! SmolLM2 without the residual pass), greedy tokens identical; the bound
@@ -184,7 +184,7 @@ fn gemma3_matches_mlx_lm() {
 
 /// The log-probability bound of a rows16 bundle on this CPU (above).
 fn rows16_bound() -> f32 {
-    if mlxcel_mlx::fast::isa() == mlxcel_mlx::fast::Isa::Avx512Vnni { 2e-2 } else { 1e-3 }
+    if mlxcel_mlx::fast::isa().rounds_rows16_activations() { 2e-2 } else { 1e-3 }
 }
 
 #[test]

@@ -23,6 +23,7 @@ const Table& table_for(Isa isa) {
   switch (isa) {
     case Isa::Avx512Vnni: return table_avx512vnni();
     case Isa::Avx512: return table_avx512();
+    case Isa::Avx2I16: return table_avx2i16();
     case Isa::Avx2: return table_avx2();
     case Isa::Neon: return table_neon();
     default: return table_scalar();
@@ -39,6 +40,7 @@ std::atomic<const Table*>& current() {
 bool isa_from_name(const char* name, Isa& isa) {
   static constexpr std::pair<const char*, Isa> kNames[] = {{"scalar", Isa::Scalar},
                                                            {"avx2", Isa::Avx2},
+                                                           {"avx2i16", Isa::Avx2I16},
                                                            {"avx512", Isa::Avx512},
                                                            {"avx512vnni", Isa::Avx512Vnni},
                                                            {"neon", Isa::Neon}};
@@ -57,6 +59,7 @@ bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::Avx2I16: return isa_supported(Isa::Avx2);
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
@@ -76,7 +79,7 @@ Isa best_isa() {
   if (isa_supported(Isa::Neon)) return Isa::Neon;
   if (isa_supported(Isa::Avx512Vnni)) return Isa::Avx512Vnni;
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
-  if (isa_supported(Isa::Avx2)) return Isa::Avx2;
+  if (isa_supported(Isa::Avx2I16)) return Isa::Avx2I16;
   return Isa::Scalar;
 }
 

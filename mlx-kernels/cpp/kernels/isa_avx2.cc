@@ -1,4 +1,6 @@
-// The avx2 build of the generic kernels (impl.h) with the avx2 SIMD layer.
+// The avx2 build of the generic kernels (impl.h) with the avx2 SIMD layer
+// (float activations throughout; isa_avx2i16.cc is the same build with the
+// rows16 products on int16 activations).
 // Only the functions inside the pragma region may use these instructions;
 // dispatch.cc calls them only when cpuid says the CPU has them.
 #include <cstddef>

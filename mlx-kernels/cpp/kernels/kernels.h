@@ -16,7 +16,7 @@ namespace mlxcel::kern {
 
 /// The instruction sets the kernels are built for (src/ffi.rs declares the
 /// same enum; cxx checks at compile time that the two agree).
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4 };
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Neon = 4, Avx2I16 = 5 };
 
 /// The activation of a gated MLP, `act(a) * b` (src/ffi.rs declares it too).
 enum class Activation : int {
@@ -198,6 +198,7 @@ struct Table {
 
 const Table& table_scalar();
 const Table& table_avx2();
+const Table& table_avx2i16();
 const Table& table_avx512();
 const Table& table_avx512vnni();
 const Table& table_neon();
@@ -210,7 +211,7 @@ bool isa_supported(Isa isa);
 bool set_isa(Isa isa);
 /// The best ISA of this CPU.
 Isa best_isa();
-/// The ISA named `name` (`scalar`, `avx2`, `avx512`, `avx512vnni`, `neon`,
+/// The ISA named `name` (`scalar`, `avx2`, `avx2i16`, `avx512`, `avx512vnni`, `neon`,
 /// the names of `Isa::name` in src/fast/cpu.rs); false for any other name. For
 /// tools without the Rust side (isa_check).
 bool isa_from_name(const char* name, Isa& isa);

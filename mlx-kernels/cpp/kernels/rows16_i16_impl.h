@@ -3,6 +3,7 @@
 // (isa_avx512vnni.cc defines it), in impl.h's namespace. Uses impl.h's and
 // rows16_impl.h's helpers (imin, kRows16, kRows16Ahead, rows16_scales).
 #pragma once
+#include "mlxcel-mlx/cpp/kernels/rows16_i16_common.h"
 // ---------------------------------------------------------------------------
 // rows16 products on 16-bit integer activations (the avx512vnni build).
 //
@@ -22,21 +23,10 @@
 // not depend on the batch (decode batch invariance holds as in the float
 // kernel), but they are not the float kernel's bits.
 
-// Largest group whose int32 sums cannot overflow (8-bit codes).
-constexpr int kRows16I16MaxGroup = 128;
 // Rows of x one pass of the micro-kernel carries (an int32 and an f32
 // accumulator each, 24 of the 32 registers).
 constexpr int kRows16I16MaxMM = 12;
 
-// Whether the int16 kernel takes products of `a` (else the float kernel).
-inline bool rows16_i16_applies(const QmmArgs& a) {
-  return (a.bits == 4 || a.bits == 8) && a.group_size % 16 == 0 && a.group_size <= kRows16I16MaxGroup;
-}
-
-// A group whose largest |x| exceeds this many times the mean of the row's
-// group maxima (an activation outlier: LLM residual streams carry channels
-// 100x the rest) also gets its rounding error as a second int16 pass.
-constexpr float kRows16OutlierRatio = 4.0f;
 
 // Row m of x as the kernel reads it: q [K] int16 codes in k order, dx [G] the
 // group steps, xs [G] the exact group sums, and for outlier groups the
@@ -155,15 +145,6 @@ inline void rows16_group_i16(const uint8_t* const (&p)[NB], const int32_t* xg, i
     }
 }
 
-// The int16 x of MM rows: codes, steps and sums as rows16_quantize_x writes
-// them, row m at + m * K (codes) or + m * G (per group).
-struct Rows16X {
-  const int16_t* q;
-  const float* dx;
-  const float* xs;
-  const int16_t* q2;
-  const float* dx2;
-};
 
 // Row blocks t0 .. t0 + NB of W against MM rows of int16 x; outputs at
 // `out`, stride ldo, column t * 16.
@@ -230,25 +211,4 @@ void rows16_rows_i16(const QmmArgs& a, int t0, int t1, const Rows16X& x, float* 
   int t = t0;
   for (; t + NB <= t1; t += NB) rows16_block_i16<BITS, ST, MM, NB, NA>(a, t, x, out, a.ldo);
   for (; t < t1; ++t) rows16_block_i16<BITS, ST, MM, 1, NA>(a, t, x, out, a.ldo);
-}
-
-// Row blocks t0 .. t1 against rows m0 .. m1 of the quantized x (all M rows
-// in `x`), in runs of 12, 8, 4, 2 and 1 rows.
-template <int BITS, int ST>
-void rows16_range_i16(const QmmArgs& a, int t0, int t1, int m0, int m1, const Rows16X& x) {
-  const int K = a.K, G = K / a.group_size;
-  rows16_runs<kRows16I16MaxMM>(m0, m1, [&]<int MM>(int m) {
-    const int64_t qo = static_cast<int64_t>(m) * K, go = static_cast<int64_t>(m) * G;
-    const Rows16X xm{x.q + qo, x.dx + go, x.xs + go, x.q2 + qo, x.dx2 + go};
-    rows16_rows_i16<BITS, ST, MM>(a, t0, t1, xm, a.out + m * a.ldo);
-  });
-}
-
-template <int BITS>
-void rows16_dispatch_i16(const QmmArgs& a, int t0, int t1, int m0, int m1, const Rows16X& x) {
-  switch (a.scale_type) {
-    case kScaleF16: rows16_range_i16<BITS, kScaleF16>(a, t0, t1, m0, m1, x); break;
-    case kScaleBF16: rows16_range_i16<BITS, kScaleBF16>(a, t0, t1, m0, m1, x); break;
-    default: rows16_range_i16<BITS, kScaleF32>(a, t0, t1, m0, m1, x); break;
-  }
 }

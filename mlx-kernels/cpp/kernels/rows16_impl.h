@@ -169,14 +169,42 @@ void rows16_dispatch(const QmmArgs& a, int t0, int t1, int m0, int m1) {
 #if defined(MLXCEL_DOT_I16)
 #include "mlxcel-mlx/cpp/kernels/rows16_i16_impl.h"
 #include "mlxcel-mlx/cpp/kernels/rows16_amx_impl.h"
-#endif  // MLXCEL_DOT_I16
+#define MLXCEL_ROWS16_I16 1
+#elif defined(MLXCEL_ROWS16_I16_AVX2)
+#include "mlxcel-mlx/cpp/kernels/rows16_i16_avx2_impl.h"
+#define MLXCEL_ROWS16_I16 1
+#endif
+
+#if defined(MLXCEL_ROWS16_I16)
+// Row blocks t0 .. t1 against rows m0 .. m1 of the int16 x (all M rows in
+// `x`), in runs of the build's kRows16I16MaxMM rows and fewer.
+template <int BITS, int ST>
+void rows16_range_i16(const QmmArgs& a, int t0, int t1, int m0, int m1, const Rows16X& x) {
+  const int K = a.K, G = K / a.group_size;
+  rows16_runs<kRows16I16MaxMM>(m0, m1, [&]<int MM>(int m) {
+    const int64_t qo = static_cast<int64_t>(m) * K, go = static_cast<int64_t>(m) * G;
+    const Rows16X xm{x.q + qo, x.dx + go, x.xs + go, x.q2 + qo, x.dx2 + go};
+    rows16_rows_i16<BITS, ST, MM>(a, t0, t1, xm, a.out + m * a.ldo);
+  });
+}
+
+template <int BITS>
+void rows16_dispatch_i16(const QmmArgs& a, int t0, int t1, int m0, int m1, const Rows16X& x) {
+  switch (a.scale_type) {
+    case kScaleF16: rows16_range_i16<BITS, kScaleF16>(a, t0, t1, m0, m1, x); break;
+    case kScaleBF16: rows16_range_i16<BITS, kScaleBF16>(a, t0, t1, m0, m1, x); break;
+    default: rows16_range_i16<BITS, kScaleF32>(a, t0, t1, m0, m1, x); break;
+  }
+}
+#endif
 
 // `count` (at most 8) products of the same x in `rows16` layout, any M: one
 // parallel pass over (chunks of row blocks) x (chunks of kRows16Chunk rows of x).
 void rows16_multi(const QmmArgs* args, int count) {
   const int M = args[0].M;
-#if defined(MLXCEL_DOT_I16)
-  // x as int16 steps once for all the products (rows16_i16_impl.h).
+#if defined(MLXCEL_ROWS16_I16)
+  // x as int16 steps once for all the products (rows16_i16_impl.h,
+  // rows16_i16_avx2_impl.h).
   Rows16X xq{};
   const bool i16 = rows16_i16_applies(args[0]);
   if (i16) {
@@ -193,6 +221,8 @@ void rows16_multi(const QmmArgs* args, int count) {
                         q2 + static_cast<int64_t>(m) * K, dx2 + m * G);
     xq = Rows16X{q, dx, xs, q2, dx2};
   }
+#endif
+#if defined(MLXCEL_DOT_I16)
   // And split into int8 halves once for the AMX tiles (rows16_amx_impl.h).
   Rows16AmxX xt{};
   const bool amx = i16 && M >= kAmxMinRows && rows16_amx_applies(args[0]) && amx_active();
@@ -231,6 +261,8 @@ void rows16_multi(const QmmArgs* args, int count) {
       }
       return;
     }
+#endif
+#if defined(MLXCEL_ROWS16_I16)
     if (i16) {
       if (a.bits == 4) {
         rows16_dispatch_i16<4>(a, b0, b1, m0, m1, xq);

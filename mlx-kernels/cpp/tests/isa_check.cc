@@ -7,7 +7,7 @@
 // natively: `make test-arm64` cross-compiles it for AArch64 with the NEON
 // build and runs it under qemu-user. It links only the kernels (no MLX).
 //
-//   isa_check [ISA]    # scalar, avx2, avx512, avx512vnni or neon; default: the best
+//   isa_check [ISA]    # scalar, avx2, avx2i16, avx512, avx512vnni or neon; default: the best
 //
 // Exit status 0 when every check passes; each failure is printed.
 #include <cmath>
@@ -397,7 +397,8 @@ void check_gather(const Table& t) {
 // bytes and scales/biases as elements. Its products are one fused
 // multiply-add per k in increasing k of fma(code, s, b) and x, so every float
 // ISA, thread count and row count must give the bits of that sequential sum.
-// The avx512vnni build rounds x to int16 steps per group (rows16_i16_impl.h):
+// The avx512vnni and avx2i16 builds round x to int16 steps per group
+// (rows16_i16_impl.h, rows16_i16_avx2_impl.h):
 // there the products are checked against the f64 sum within those steps, and
 // every row of every M must have the bits that row gets alone. Where the
 // CPU has AMX, main() runs this with it off and on: 16 rows and more then take
@@ -597,7 +598,7 @@ void check_read_sum(const Table& t) {
 int main(int argc, char** argv) {
   Isa isa = best_isa();
   if (argc > 1 && !isa_from_name(argv[1], isa)) {
-    std::fprintf(stderr, "usage: isa_check [scalar|avx2|avx512|avx512vnni|neon]\n");
+    std::fprintf(stderr, "usage: isa_check [scalar|avx2|avx2i16|avx512|avx512vnni|neon]\n");
     return 2;
   }
   if (!set_isa(isa)) {
@@ -614,7 +615,7 @@ int main(int argc, char** argv) {
     check_rope(t);
     check_gather(t);
     set_amx(false);
-    check_rows16(t, isa == Isa::Avx512Vnni);
+    check_rows16(t, isa == Isa::Avx512Vnni || isa == Isa::Avx2I16);
     set_amx(true);
     if (isa == Isa::Avx512Vnni && amx_supported()) check_rows16(t, true);
     check_gate(t);

@@ -56,6 +56,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 with FMA (8 lanes).
     Avx2,
+    /// AVX2 with the `rows16` products on int16 activations (`vpmaddwd`;
+    /// docs/kernels.md "rows16 on int16 activations"): the best on CPUs
+    /// without AVX-512.
+    Avx2I16,
     /// x86-64 AVX-512 F/BW/DQ/VL (16 lanes).
     Avx512,
     /// AVX-512 with VNNI: the 4- and 8-bit matvecs run on int16 activations
@@ -68,27 +72,37 @@ pub enum Isa {
 impl Isa {
     /// Every ISA, each architecture's lowest first (the last one supported is
     /// the best this CPU has).
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
+    pub const ALL: [Isa; 6] = [Isa::Scalar, Isa::Avx2, Isa::Avx2I16, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon];
 
     fn ffi(self) -> bridge::Isa {
         match self {
             Isa::Scalar => bridge::Isa::Scalar,
             Isa::Avx2 => bridge::Isa::Avx2,
+            Isa::Avx2I16 => bridge::Isa::Avx2I16,
             Isa::Avx512 => bridge::Isa::Avx512,
             Isa::Avx512Vnni => bridge::Isa::Avx512Vnni,
             Isa::Neon => bridge::Isa::Neon,
         }
     }
 
-    /// `scalar`, `avx2`, `avx512`, `avx512vnni` or `neon`.
+    /// `scalar`, `avx2`, `avx2i16`, `avx512`, `avx512vnni` or `neon`.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::Avx2I16 => "avx2i16",
             Isa::Avx512 => "avx512",
             Isa::Avx512Vnni => "avx512vnni",
             Isa::Neon => "neon",
         }
+    }
+
+    /// Whether its `rows16` products round x to int16 steps per group
+    /// (avx2i16, avx512vnni) rather than keeping it f32 (every other build):
+    /// their results are within those steps of the float builds', not the
+    /// same bits.
+    pub fn rounds_rows16_activations(self) -> bool {
+        matches!(self, Isa::Avx2I16 | Isa::Avx512Vnni)
     }
 
     /// Whether this CPU (and OS) can run it.
