@@ -1,6 +1,6 @@
 // The AVX2 build's products of rows16 weights on int16 activations
 // (vpmaddwd), included by rows16_impl.h inside `#if defined(MLXCEL_ROWS16_I16_AVX2)`
-// (isa_avx2.cc defines it), in impl.h's namespace. Uses impl.h's and
+// (isa_avx2i16.cc defines it), in impl.h's namespace. Uses impl.h's and
 // rows16_impl.h's helpers (imin, kRows16, kRows16Ahead, rows16_scales).
 #pragma once
 #include "mlxcel-mlx/cpp/kernels/rows16_i16_common.h"
@@ -29,7 +29,6 @@
 // accumulators each (12 of the 16 registers at 3 rows).
 constexpr int kRows16I16MaxMM = 3;
 
-
 // 16 floats at v0 (first 8) and v1 as int16 codes (round to nearest even), in order.
 inline void rows16_store_i16(int16_t* q, __m256 v0, __m256 v1) {
   const __m256i packed = _mm256_packs_epi32(_mm256_cvtps_epi32(v0), _mm256_cvtps_epi32(v1));
@@ -41,7 +40,6 @@ inline void rows16_store_i16(int16_t* q, __m256 v0, __m256 v1) {
 inline void rows16_quantize_x(const float* x, int K, int gs, int16_t* q, float* dx, float* xs, int16_t* q2,
                               float* dx2) {
   const int G = K / gs;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   float mean = 0.0f;
   for (int g = 0; g < G; ++g) {
     const float* xg = x + static_cast<int64_t>(g) * gs;
@@ -49,7 +47,7 @@ inline void rows16_quantize_x(const float* x, int K, int gs, int16_t* q, float* 
     for (int k = 0; k < gs; k += 8) {
       const __m256 v = _mm256_loadu_ps(xg + k);
       sum = _mm256_add_ps(sum, v);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
+      amax = _mm256_max_ps(amax, S::abs(v));
     }
     xs[g] = S::hsum(sum);
     dx[g] = S::hmax(amax);  // the group's max for now
@@ -79,7 +77,7 @@ inline void rows16_quantize_x(const float* x, int K, int gs, int16_t* q, float* 
       return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtps_epi32(_mm256_mul_ps(v, inv))), step, v);
     };
     __m256 rmax = _mm256_setzero_ps();
-    for (int k = 0; k < gs; k += 8) rmax = _mm256_max_ps(rmax, _mm256_andnot_ps(sign, residual(k)));
+    for (int k = 0; k < gs; k += 8) rmax = _mm256_max_ps(rmax, S::abs(residual(k)));
     const float rm = S::hmax(rmax);
     const __m256 rinv = _mm256_set1_ps(rm > 0.0f ? 32767.0f / rm : 0.0f);
     dx2[g] = rm / 32767.0f;
