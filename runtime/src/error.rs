@@ -121,3 +121,12 @@ pub enum Error {
 
 /// The runtime's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<mlxcel_models::Error> for Error {
+    fn from(e: mlxcel_models::Error) -> Error {
+        match e {
+            mlxcel_models::Error::Config(message) => Error::Config(message),
+            mlxcel_models::Error::InvalidParameter { name, message } => Error::InvalidParameter { name, message },
+        }
+    }
+}

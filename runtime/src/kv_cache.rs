@@ -348,25 +348,16 @@ impl FullCache {
     }
 }
 
-/// The most positions a KV cache window may hold: 2^24 (16,777,216), 64
-/// times the longest context of the architectures the runtime knows. A
-/// larger `--max-kv-size` or `sliding_window` is a typo or an attack, and
-/// the window mask of a prefill chunk is sized by it.
-pub const MAX_KV_POSITIONS: usize = 1 << 24;
+/// The most positions a KV cache window may hold (the model code's
+/// [`mlxcel_models::MAX_WINDOW`]: 2^24, 64 times the longest context of the
+/// architectures the runtime knows). A larger `--max-kv-size` or
+/// `sliding_window` is a typo or an attack, and the window mask of a
+/// prefill chunk is sized by it.
+pub const MAX_KV_POSITIONS: usize = mlxcel_models::MAX_WINDOW;
 
 /// Checks a cache window (`--max-kv-size`, a layer's `sliding_window`): at
-/// least one position and at most [`MAX_KV_POSITIONS`]. `name` is the
-/// parameter the error names.
-pub fn check_window(name: &'static str, positions: usize) -> Result<NonZeroUsize> {
-    match NonZeroUsize::new(positions) {
-        None => Err(Error::InvalidParameter { name, message: "must be at least 1 position".into() }),
-        Some(_) if positions > MAX_KV_POSITIONS => Err(Error::InvalidParameter {
-            name,
-            message: format!("{positions} positions is more than the limit of {MAX_KV_POSITIONS}"),
-        }),
-        Some(w) => Ok(w),
-    }
-}
+/// least one position and at most [`MAX_KV_POSITIONS`].
+pub use mlxcel_models::check_window;
 
 /// The ring buffer of a sliding-window layer. Slots hold positions in ring
 /// order; attention does not depend on the order of keys, only on which ones

@@ -1,9 +1,9 @@
 //! `mlxcel-runtime`: from a bundle to generated text.
 //!
 //! - [`models`]: the architectures (Llama family and Mistral, Qwen2, Qwen3,
-//!   Qwen3-MoE, Gemma 3, Phi-3), each a few lines over one decoder
-//!   ([`models::decoder`]), built from [`weights::Weights`] through scoped
-//!   views with the layers of [`nn`] and the caches of [`kv_cache`];
+//!   Qwen3-MoE, Gemma 3, Phi-3), whose code is `mlxcel_models`', on MLX:
+//!   built from [`weights::Weights`] with the layers of [`nn`], run over the
+//!   caches of [`kv_cache`];
 //! - [`backend`]: the token-level seam ([`backend::Backend`]) that the
 //!   generation loop and the server talk to, and its MLX implementation;
 //! - [`sampler`], [`tokenizer`], [`chat`], [`generate`]: sampling, streaming

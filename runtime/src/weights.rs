@@ -1,22 +1,23 @@
 //! A model's tensors by canonical (Hugging Face) name, as MLX arrays, and the
 //! builders that turn them into layers.
 //!
-//! Architectures take what they need through scoped views
-//! ([`Weights::scope`], [`Scope::scope`]), so that names fall out of the
-//! model's structure (`model` → `layers` → `3` → `self_attn` → `q_proj`)
-//! instead of being formatted by hand. Every take is recorded, so that
+//! The model code (`mlxcel_models`) takes what it needs through scoped views
+//! over this set (its [`Loader`]), so that names fall out of the model's
+//! structure (`model` → `layers` → `3` → `self_attn` → `q_proj`) instead of
+//! being formatted by hand. Every take is recorded, so that
 //! [`Weights::check_all_used`] can refuse a bundle whose tensors the
 //! architecture does not account for (a sign of a name-mapping bug).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
-use std::fmt::Display;
-
 use mlxcel_mlx::{Array, Dtype, Linear, QuantMode, Quantized, Weight, WeightLayout};
+use mlxcel_models::Loader;
+use mlxcel_models::rope::RopeSpec;
 
 use crate::error::{Error, Result};
-use crate::nn::{Embedding, RmsNorm};
+use crate::models::Mlx;
+use crate::nn::{Embedding, RmsNorm, Rope};
 
 /// How a quantized weight is stored (its scales and biases sit beside it as
 /// `<prefix>.scales` and `<prefix>.biases`).
@@ -231,16 +232,6 @@ impl Weights {
             && mlxcel_mlx::fast::default_path() != mlxcel_mlx::fast::Path::Mlx
     }
 
-    /// A view of every tensor (names taken from it are full names: `lm_head`).
-    pub fn root(&self) -> Scope<'_> {
-        Scope { weights: self, prefix: String::new() }
-    }
-
-    /// A view of the tensors under `name` (`model`, then `layers`, ...).
-    pub fn scope(&self, name: impl Display) -> Scope<'_> {
-        Scope { weights: self, prefix: name.to_string() }
-    }
-
     /// Fails when a tensor was never taken by the architecture.
     pub fn check_all_used(&self, architecture: &str) -> Result<()> {
         let used = self.used.borrow();
@@ -262,63 +253,43 @@ impl Weights {
     }
 }
 
-/// The tensors under one name prefix of a [`Weights`]: what a layer's
-/// constructor receives. `scope("self_attn").linear("q_proj", ..)` takes
-/// `<prefix>.self_attn.q_proj.weight`.
-#[derive(Clone)]
-pub struct Scope<'a> {
-    weights: &'a Weights,
-    prefix: String,
-}
-
-impl<'a> Scope<'a> {
-    /// The view of `name` inside this one.
-    pub fn scope(&self, name: impl Display) -> Scope<'a> {
-        Scope { weights: self.weights, prefix: self.path(name) }
+/// MLX's weights for the model code (`mlxcel_models`), which names them
+/// through its scopes: `model.layers.3.self_attn.q_proj` and so on.
+impl Loader<Mlx> for Weights {
+    fn has_weight(&self, name: &str) -> bool {
+        self.contains(&format!("{name}.weight"))
     }
 
-    /// The full name of `name` inside this view.
-    pub fn path(&self, name: impl Display) -> String {
-        if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) }
+    fn linear(&self, name: &str, inputs: usize, outputs: usize, bias: bool) -> Result<Linear> {
+        let (inputs, outputs) = (dim(name, inputs)?, dim(name, outputs)?);
+        let bias = if bias { Some(self.float(&format!("{name}.bias"), &[outputs])?) } else { None };
+        Ok(Linear { weight: self.matrix(name, &[], outputs, inputs)?, bias })
     }
 
-    /// The dtype activations are computed in.
-    pub fn compute_dtype(&self) -> Dtype {
-        self.weights.compute_dtype
+    fn experts(&self, name: &str, count: usize, inputs: usize, outputs: usize) -> Result<Weight> {
+        self.matrix(name, &[dim(name, count)?], dim(name, outputs)?, dim(name, inputs)?)
     }
 
-    /// Whether the layer `name` has a weight tensor (`<name>.weight`).
-    pub fn has(&self, name: &str) -> bool {
-        self.weights.contains(&format!("{}.weight", self.path(name)))
+    fn embedding(&self, name: &str, vocab: usize, width: usize, scale: f32) -> Result<Embedding> {
+        Ok(Embedding::new(self.matrix(name, &[], dim(name, vocab)?, dim(name, width)?)?, scale))
     }
 
-    /// The linear layer `name` mapping `inputs` to `outputs` features, with
-    /// a bias `<name>.bias` when `bias`.
-    pub fn linear(&self, name: &str, inputs: i32, outputs: i32, bias: bool) -> Result<Linear> {
-        let prefix = self.path(name);
-        let bias = if bias { Some(self.weights.float(&format!("{prefix}.bias"), &[outputs])?) } else { None };
-        Ok(Linear { weight: self.weights.matrix(&prefix, &[], outputs, inputs)?, bias })
-    }
-
-    /// `count` matrices mapping `inputs` to `outputs` features stacked along
-    /// a first axis (a mixture's experts, `[count, outputs, inputs]`).
-    pub fn stacked(&self, name: &str, count: i32, inputs: i32, outputs: i32) -> Result<Weight> {
-        self.weights.matrix(&self.path(name), &[count], outputs, inputs)
-    }
-
-    /// The embedding table `name` of `vocab` rows of `dim`, its rows scaled
-    /// by `scale` when looked up.
-    pub fn embedding(&self, name: &str, vocab: i32, dim: i32, scale: f32) -> Result<Embedding> {
-        Ok(Embedding::new(self.weights.matrix(&self.path(name), &[], vocab, dim)?, scale))
-    }
-
-    /// The RMS norm `name` over `dim` features; with `offset`, the stored
-    /// weight is an offset from one (Gemma: the gain is `1 + w`).
-    pub fn rms_norm(&self, name: &str, dim: i32, eps: f32, offset: bool) -> Result<RmsNorm> {
-        let w = self.weights.float(&format!("{}.weight", self.path(name)), &[dim])?;
-        let weight = if offset { self.weights.derive(w.add_scalar(1.0)?) } else { w };
+    fn rms_norm(&self, name: &str, features: usize, eps: f32, offset: bool) -> Result<RmsNorm> {
+        let w = self.float(&format!("{name}.weight"), &[dim(name, features)?])?;
+        let weight = if offset { self.derive(w.add_scalar(1.0)?) } else { w };
         Ok(RmsNorm { weight, eps })
     }
+
+    fn rope(&self, spec: &RopeSpec) -> Result<Rope> {
+        Rope::new(spec)
+    }
+}
+
+/// A size of the config as MLX's `i32` (a config that overflows it names
+/// the tensor it was for).
+fn dim(name: &str, n: usize) -> Result<i32> {
+    i32::try_from(n)
+        .map_err(|_| Error::Weight { name: name.to_string(), message: format!("size {n} is beyond 32-bit shapes") })
 }
 
 /// `a` (rows of `cols` elements of `elem` bytes in blocks of 16, the `rows16`

@@ -4,17 +4,16 @@
 
 use mlxcel_arch::ModelConfig;
 
-use super::attention::AttentionSpec;
-use super::decoder::{Decoder, DecoderSpec, FeedForward};
-use super::{build_decoder, global_rope};
-use crate::error::Result;
-use crate::nn::{GateUp, GatedMlp};
-use crate::weights::Weights;
+use crate::attention::AttentionSpec;
+use crate::backend::{Backend, BackendResult};
+use crate::decoder::{Decoder, DecoderSpec, build_decoder, global_rope};
+use crate::feed_forward::{FeedForward, GateUp, GatedMlp};
+use crate::scope::Scope;
 
 /// Builds a Phi-3 model.
-pub fn build(c: &ModelConfig, w: &Weights) -> Result<Decoder> {
+pub fn build<B: Backend>(c: &ModelConfig, w: &Scope<'_, B>) -> BackendResult<Decoder<B>, B> {
     let attention = AttentionSpec { fused_qkv: true, ..AttentionSpec::DEFAULT };
-    let (h, m) = (c.hidden_size as i32, c.intermediate_size as i32);
+    let (h, m) = (c.hidden_size, c.intermediate_size);
     build_decoder(
         w,
         c,

@@ -3,13 +3,9 @@
 //! [`AttentionSpec`]: biases, per-head q/k norms, one fused q/k/v projection.
 
 use mlxcel_arch::ModelConfig;
-use mlxcel_mlx::fast;
-use mlxcel_mlx::{Array, Linear};
 
-use crate::error::Result;
-use crate::kv_cache::LayerCaches;
-use crate::nn::{RmsNorm, Rope};
-use crate::weights::Scope;
+use crate::backend::{Backend, BackendResult, Ops};
+use crate::scope::Scope;
 
 /// What distinguishes one architecture's attention block from another's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,32 +30,41 @@ impl AttentionSpec {
 }
 
 /// How the queries, keys and values are projected from the hidden state.
-enum QkvProjection {
+enum QkvProjection<B: Backend> {
     /// Three projections.
-    Separate { q: Linear, k: Linear, v: Linear },
+    Separate { q: B::Linear, k: B::Linear, v: B::Linear },
     /// One projection split into q, k, v.
-    Fused(Linear),
+    Fused(B::Linear),
 }
 
 /// One attention block: projections, optional per-head q/k norms, RoPE, the
 /// cached attention and the output projection.
-pub struct Attention {
-    qkv: QkvProjection,
-    o: Linear,
-    heads: i32,
-    kv_heads: i32,
-    head_dim: i32,
+pub struct Attention<B: Backend> {
+    /// Which layer it is (its caches).
+    layer: usize,
+    qkv: QkvProjection<B>,
+    o: B::Linear,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
     scale: f32,
-    rope: Rope,
-    qk_norm: Option<(RmsNorm, RmsNorm)>,
+    rope: B::Rope,
+    qk_norm: Option<(B::Norm, B::Norm)>,
 }
 
-impl Attention {
-    /// The block whose weights are under `w` (`model.layers.N.self_attn`),
-    /// with the config's sizes, `spec`'s variations and `rope`.
-    pub fn new(w: &Scope<'_>, c: &ModelConfig, spec: AttentionSpec, rope: Rope) -> Result<Attention> {
-        let (hidden, d) = (c.hidden_size as i32, c.head_dim as i32);
-        let (heads, kv_heads) = (c.num_attention_heads as i32, c.num_key_value_heads as i32);
+impl<B: Backend> Attention<B> {
+    /// The block of layer `layer` whose weights are under `w`
+    /// (`model.layers.N.self_attn`), with the config's sizes, `spec`'s
+    /// variations and `rope`.
+    pub fn new(
+        w: &Scope<'_, B>,
+        layer: usize,
+        c: &ModelConfig,
+        spec: AttentionSpec,
+        rope: B::Rope,
+    ) -> BackendResult<Attention<B>, B> {
+        let (hidden, d) = (c.hidden_size, c.head_dim);
+        let (heads, kv_heads) = (c.num_attention_heads, c.num_key_value_heads);
         let qkv = if spec.fused_qkv {
             QkvProjection::Fused(w.linear("qkv_proj", hidden, (heads + 2 * kv_heads) * d, spec.qkv_bias)?)
         } else {
@@ -76,6 +81,7 @@ impl Attention {
             None
         };
         Ok(Attention {
+            layer,
             qkv,
             o: w.linear("o_proj", heads * d, hidden, spec.o_bias)?,
             heads,
@@ -87,41 +93,25 @@ impl Attention {
         })
     }
 
-    /// `x: [batch, seq, hidden]` → `[batch, seq, hidden]`, appending this
-    /// step's keys and values to each row's cache.
-    pub fn forward(&self, x: &Array, cache: &mut LayerCaches<'_>) -> Result<Array> {
-        let (q, k, v) = self.project_heads(x)?;
-        let (q, k) = match &self.qk_norm {
-            Some((q_norm, k_norm)) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
-            None => (q, k),
-        };
-        let out = cache.attend(&q, &k, &v, &self.rope, self.scale)?;
-        Ok(fast::linear(&out, &self.o)?)
-    }
-
-    /// The q, k and v heads of `x [b, l, hidden]`, each `[b, heads, l, head_dim]`.
-    fn project_heads(&self, x: &Array) -> Result<(Array, Array, Array)> {
+    /// `x: [b, l, hidden]` → `[b, l, hidden]`, appending this pass's keys and
+    /// values to each row's cache.
+    pub fn forward(&self, ops: &mut dyn Ops<B>, x: &B::Tensor) -> BackendResult<B::Tensor, B> {
+        let heads = [self.heads, self.kv_heads, self.kv_heads];
         let parts = match &self.qkv {
             QkvProjection::Separate { q, k, v } => {
-                fast::linear_heads(x, &[(q, self.heads), (k, self.kv_heads), (v, self.kv_heads)])?
+                ops.linear_heads(x, &[(q, heads[0]), (k, heads[1]), (v, heads[2])], self.head_dim)?
             }
             QkvProjection::Fused(qkv) => {
-                let shape = x.shape();
-                let (b, l) = (shape[0], shape[1]);
-                let q_end = self.heads * self.head_dim;
-                let k_end = q_end + self.kv_heads * self.head_dim;
-                let parts = fast::linear(x, qkv)?.split_at(&[q_end, k_end], -1)?;
-                parts
-                    .into_iter()
-                    .zip([self.heads, self.kv_heads, self.kv_heads])
-                    .map(|(t, n)| Ok(t.reshape(&[b, l, n, self.head_dim])?.transpose(&[0, 2, 1, 3])?))
-                    .collect::<Result<Vec<_>>>()?
+                let all = ops.linear(x, qkv)?;
+                ops.split_heads(&all, &heads, self.head_dim)?
             }
         };
-        let mut parts = parts.into_iter();
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(q), Some(k), Some(v)) => Ok((q, k, v)),
-            _ => unreachable!("three projections give three parts"),
-        }
+        let [q, k, v] = <[B::Tensor; 3]>::try_from(parts).unwrap_or_else(|_| unreachable!("three projections"));
+        let (q, k) = match &self.qk_norm {
+            Some((q_norm, k_norm)) => (ops.rms_norm(q_norm, &q)?, ops.rms_norm(k_norm, &k)?),
+            None => (q, k),
+        };
+        let out = ops.attend(self.layer, &q, &k, &v, &self.rope, self.scale)?;
+        ops.linear(&out, &self.o)
     }
 }

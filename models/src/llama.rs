@@ -6,15 +6,22 @@
 
 use mlxcel_arch::ModelConfig;
 
-use super::attention::AttentionSpec;
-use super::decoder::{Decoder, DecoderSpec};
-use super::{build_decoder, gated_mlp, global_rope};
-use crate::error::Result;
-use crate::weights::Weights;
+use crate::attention::AttentionSpec;
+use crate::backend::{Backend, BackendResult};
+use crate::decoder::{Decoder, DecoderSpec, build_decoder, global_rope};
+use crate::feed_forward::{FeedForward, GatedMlp};
+use crate::scope::Scope;
 
 /// Builds a Llama or Mistral model.
-pub fn build(c: &ModelConfig, w: &Weights) -> Result<Decoder> {
+pub fn build<B: Backend>(c: &ModelConfig, w: &Scope<'_, B>) -> BackendResult<Decoder<B>, B> {
     // `attention_bias` puts biases on all four projections.
     let attention = AttentionSpec { qkv_bias: c.attention_bias, o_bias: c.attention_bias, ..AttentionSpec::DEFAULT };
-    build_decoder(w, c, &DecoderSpec::LLAMA, attention, |_| global_rope(c), |mlp, _| gated_mlp(mlp, c))
+    build_decoder(
+        w,
+        c,
+        &DecoderSpec::LLAMA,
+        attention,
+        |_| global_rope(c),
+        |mlp, _| Ok(FeedForward::Gated(GatedMlp::new(mlp, c)?)),
+    )
 }

@@ -6,12 +6,13 @@
 
 use mlxcel_arch::{LayerType, ModelConfig};
 
-use super::attention::AttentionSpec;
-use super::decoder::{Decoder, DecoderSpec, NormNames, Residual};
-use super::{build_decoder, gated_mlp, global_rope};
-use crate::error::{Error, Result};
-use crate::nn::Rope;
-use crate::weights::Weights;
+use crate::attention::AttentionSpec;
+use crate::backend::{Backend, BackendResult};
+use crate::decoder::{Decoder, DecoderSpec, NormNames, Residual, build_decoder, global_rope};
+use crate::error::Error;
+use crate::feed_forward::{FeedForward, GatedMlp};
+use crate::rope::RopeSpec;
+use crate::scope::Scope;
 
 /// Gemma 3's sandwich norms.
 const NORMS: NormNames = NormNames {
@@ -22,7 +23,7 @@ const NORMS: NormNames = NormNames {
 };
 
 /// Builds a Gemma 3 text model.
-pub fn build(c: &ModelConfig, w: &Weights) -> Result<Decoder> {
+pub fn build<B: Backend>(c: &ModelConfig, w: &Scope<'_, B>) -> BackendResult<Decoder<B>, B> {
     let spec = DecoderSpec {
         norms: NORMS,
         norm_offset: true,
@@ -36,8 +37,8 @@ pub fn build(c: &ModelConfig, w: &Weights) -> Result<Decoder> {
         .ok_or_else(|| Error::Config("gemma3 needs rope_local_base_freq for its sliding layers".into()))?;
     let rope = |i: usize| match c.layer_types[i] {
         // Local layers rotate with their own base and no scaling.
-        LayerType::SlidingAttention => Ok(Rope::new(c.head_dim as i32, false, local_base, 1.0)),
+        LayerType::SlidingAttention => Ok(RopeSpec::new(c.head_dim, false, local_base, 1.0)),
         LayerType::FullAttention => global_rope(c),
     };
-    build_decoder(w, c, &spec, attention, rope, |mlp, _| gated_mlp(mlp, c))
+    build_decoder(w, c, &spec, attention, rope, |mlp, _| Ok(FeedForward::Gated(GatedMlp::new(mlp, c)?)))
 }
