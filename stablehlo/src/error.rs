@@ -23,6 +23,19 @@ pub enum Error {
         /// The conflicting type.
         second: String,
     },
+    /// The model code cannot be traced as asked (a config it cannot build
+    /// from, an operation this emitter does not trace yet).
+    #[error("model: {0}")]
+    Model(String),
+    /// A weight the model code asks for is missing from the stored tensors
+    /// or has another shape.
+    #[error("weight {name}: {message}")]
+    Weight {
+        /// The tensor's name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A file or process could not be used.
     #[error("{what} {path}: {source}")]
     Io {

@@ -20,6 +20,7 @@ pub mod builder;
 pub mod error;
 pub mod iree;
 pub mod layers;
+pub mod model;
 pub mod types;
 
 pub use builder::{Comparison, Function, Module, PARAMETER_SCOPE, Reduction, Value};
