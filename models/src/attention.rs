@@ -5,6 +5,7 @@
 use mlxcel_arch::ModelConfig;
 
 use crate::backend::{Backend, BackendResult, Ops};
+use crate::error::Error;
 use crate::scope::Scope;
 
 /// What distinguishes one architecture's attention block from another's.
@@ -106,7 +107,8 @@ impl<B: Backend> Attention<B> {
                 ops.split_heads(&all, &heads, self.head_dim)?
             }
         };
-        let [q, k, v] = <[B::Tensor; 3]>::try_from(parts).unwrap_or_else(|_| unreachable!("three projections"));
+        let [q, k, v] = <[B::Tensor; 3]>::try_from(parts)
+            .map_err(|parts| Error::Config(format!("the q/k/v projections gave {} parts, not three", parts.len())))?;
         let (q, k) = match &self.qk_norm {
             Some((q_norm, k_norm)) => (ops.rms_norm(q_norm, &q)?, ops.rms_norm(k_norm, &k)?),
             None => (q, k),
