@@ -324,7 +324,8 @@ pub fn embedding(f: &mut Function, ids: &Value, table: &Weight, scale: f32) -> R
 }
 
 /// RoPE of `x [batch, heads, seq, head_dim]` for positions `offset + 0..seq`
-/// (`offset` an i32 scalar).
+/// (`offset` an i32 scalar for every row, or one per row `[batch]`: a
+/// decode batch of sequences at different positions).
 pub fn rope(f: &mut Function, x: &Value, offset: &Value, rope: &Rope) -> Result<Value> {
     let [b, h, l, d] = *x.shape() else {
         return Err(shape("rope", format!("input {} (need [batch, heads, seq, head_dim])", x.ty())));
@@ -336,20 +337,40 @@ pub fn rope(f: &mut Function, x: &Value, offset: &Value, rope: &Rope) -> Result<
             format!("{} rotated features, {} frequencies, head_dim {d}", rope.dims, rope.inv_freq.len()),
         ));
     }
-    // angles[l, i] = (offset + l) · inv_freq[i]
-    let steps = f.iota(TensorType::new(&[l], ElementType::I32), 0)?;
-    let offset = f.broadcast_in_dim(offset, &[l], &[])?;
-    let positions = f.add(&steps, &offset)?;
-    let positions = f.convert(&positions, F32);
-    let positions = f.broadcast_in_dim(&positions, &[l, half], &[0])?;
-    let inv_freq = f.floats(&rope.inv_freq)?;
-    let inv_freq = f.broadcast_in_dim(&inv_freq, &[l, half], &[1])?;
-    let angles = f.multiply(&positions, &inv_freq)?;
-    let cos = f.cosine(&angles)?;
-    let sin = f.sine(&angles)?;
+    let per_row = match offset.shape() {
+        [] => false,
+        [rows] if *rows == b => true,
+        _ => return Err(shape("rope", format!("offsets {} for {b} rows", offset.ty()))),
+    };
     let pairs = [b, h, l, half];
-    let cos = f.broadcast_in_dim(&cos, &pairs, &[2, 3])?;
-    let sin = f.broadcast_in_dim(&sin, &pairs, &[2, 3])?;
+    let (cos, sin) = if per_row {
+        // angles[r, l, i] = (offset[r] + l) · inv_freq[i]
+        let grid = [b, l];
+        let steps = f.iota(TensorType::new(&grid, ElementType::I32), 1)?;
+        let offset = f.broadcast_in_dim(offset, &grid, &[0])?;
+        let positions = f.add(&steps, &offset)?;
+        let positions = f.convert(&positions, F32);
+        let positions = f.broadcast_in_dim(&positions, &[b, l, half], &[0, 1])?;
+        let inv_freq = f.floats(&rope.inv_freq)?;
+        let inv_freq = f.broadcast_in_dim(&inv_freq, &[b, l, half], &[2])?;
+        let angles = f.multiply(&positions, &inv_freq)?;
+        let cos = f.cosine(&angles)?;
+        let sin = f.sine(&angles)?;
+        (f.broadcast_in_dim(&cos, &pairs, &[0, 2, 3])?, f.broadcast_in_dim(&sin, &pairs, &[0, 2, 3])?)
+    } else {
+        // angles[l, i] = (offset + l) · inv_freq[i]
+        let steps = f.iota(TensorType::new(&[l], ElementType::I32), 0)?;
+        let offset = f.broadcast_in_dim(offset, &[l], &[])?;
+        let positions = f.add(&steps, &offset)?;
+        let positions = f.convert(&positions, F32);
+        let positions = f.broadcast_in_dim(&positions, &[l, half], &[0])?;
+        let inv_freq = f.floats(&rope.inv_freq)?;
+        let inv_freq = f.broadcast_in_dim(&inv_freq, &[l, half], &[1])?;
+        let angles = f.multiply(&positions, &inv_freq)?;
+        let cos = f.cosine(&angles)?;
+        let sin = f.sine(&angles)?;
+        (f.broadcast_in_dim(&cos, &pairs, &[2, 3])?, f.broadcast_in_dim(&sin, &pairs, &[2, 3])?)
+    };
     let rotated = f.slice_axis(x, 3, 0, rope.dims)?;
     // The two features of each pair: halves, or adjacent features.
     let (x1, x2) = if rope.traditional {

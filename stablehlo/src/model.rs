@@ -59,9 +59,9 @@ pub struct Rope {
     pub input_scale: Option<f32>,
 }
 
-/// Stacked experts: the emitter does not trace mixtures yet, so a loader
-/// never makes one (it refuses the model, naming the tensor).
-pub enum Experts {}
+/// Stacked matrices `[experts, out, in]` (float, or quantized with codes
+/// `[experts, out, words]` and scales and biases `[experts, out, groups]`).
+pub type Experts = Weight;
 
 impl Backend for Hlo {
     type Tensor = Value;
@@ -163,36 +163,27 @@ impl<'a> ParameterLoader<'a> {
         self.f.borrow_mut().parameter(name, TensorType::new(&t.shape, t.element))
     }
 
-    /// The matrix `prefix` `[rows, cols]`, float or quantized.
-    fn matrix(&self, prefix: &str, rows: i64, cols: i64) -> Result<Weight> {
-        let Some(q) = self.tensors.quantized.get(prefix) else {
-            return Ok(Weight::Dense(self.tensor(&format!("{prefix}.weight"), &[rows, cols])?));
+    /// The matrix `prefix` `[..lead, rows, cols]` (`lead`: stacked experts),
+    /// float or quantized; each stored part is declared with its stored type.
+    fn matrix(&self, prefix: &str, lead: &[i64], rows: i64, cols: i64) -> Result<Weight> {
+        let shape = |last: i64| [lead, &[rows, last]].concat();
+        let Some(&q) = self.tensors.quantized.get(prefix) else {
+            return Ok(Weight::Dense(self.tensor(&format!("{prefix}.weight"), &shape(cols))?));
         };
-        let scales = self.tensors.get(&format!("{prefix}.scales"))?.element;
-        for part in ["weight", "scales", "biases"] {
-            self.used.borrow_mut().insert(format!("{prefix}.{part}"));
+        let bits = i64::from(q.bits);
+        if !(2..=8).contains(&q.bits) || q.group <= 0 || cols % q.group != 0 || cols * bits % 32 != 0 {
+            return Err(Error::Weight {
+                name: prefix.to_string(),
+                message: format!("{cols} inputs of {bits} bits in groups of {}", q.group),
+            });
         }
-        let quantized = Quantized::parameters(&mut self.f.borrow_mut(), prefix, [rows, cols], q.bits, q.group, scales)?;
-        // The declared types must be the stored ones.
-        for (part, value) in
-            [("weight", &quantized.packed), ("scales", &quantized.scales), ("biases", &quantized.biases)]
-        {
-            let name = format!("{prefix}.{part}");
-            let stored = self.tensors.get(&name)?;
-            if stored.shape != value.shape() {
-                return Err(Error::Weight {
-                    name,
-                    message: format!(
-                        "shape {:?}, expected {:?} for {} bits in groups of {}",
-                        stored.shape,
-                        value.shape(),
-                        q.bits,
-                        q.group
-                    ),
-                });
-            }
-        }
-        Ok(Weight::Quantized(quantized))
+        Ok(Weight::Quantized(Quantized {
+            packed: self.tensor(&format!("{prefix}.weight"), &shape(cols * bits / 32))?,
+            scales: self.tensor(&format!("{prefix}.scales"), &shape(cols / q.group))?,
+            biases: self.tensor(&format!("{prefix}.biases"), &shape(cols / q.group))?,
+            bits: q.bits,
+            group: q.group,
+        }))
     }
 }
 
@@ -207,20 +198,17 @@ impl Loader<Hlo> for ParameterLoader<'_> {
     }
 
     fn linear(&self, name: &str, inputs: usize, outputs: usize, bias: bool) -> Result<Linear> {
-        let weight = self.matrix(name, i64_of(outputs), i64_of(inputs))?;
+        let weight = self.matrix(name, &[], i64_of(outputs), i64_of(inputs))?;
         let bias = if bias { Some(self.tensor(&format!("{name}.bias"), &[i64_of(outputs)])?) } else { None };
         Ok(Linear { weight, bias })
     }
 
-    fn experts(&self, name: &str, _count: usize, _inputs: usize, _outputs: usize) -> Result<Experts> {
-        Err(Error::Weight {
-            name: name.to_string(),
-            message: "mixtures of experts are not traced into StableHLO yet".into(),
-        })
+    fn experts(&self, name: &str, count: usize, inputs: usize, outputs: usize) -> Result<Experts> {
+        self.matrix(name, &[i64_of(count)], i64_of(outputs), i64_of(inputs))
     }
 
     fn embedding(&self, name: &str, vocab: usize, dim: usize, scale: f32) -> Result<Embedding> {
-        Ok(Embedding { table: self.matrix(name, i64_of(vocab), i64_of(dim))?, scale })
+        Ok(Embedding { table: self.matrix(name, &[], i64_of(vocab), i64_of(dim))?, scale })
     }
 
     fn rms_norm(&self, name: &str, dim: usize, eps: f32, offset: bool) -> Result<Norm> {
@@ -256,8 +244,9 @@ pub struct LayerCache {
 }
 
 /// A forward pass traced into a function: attention reads each layer's
-/// caches and replaces them with the written ones; every row of the batch
-/// sits at the same position `offset` (an i32 scalar argument).
+/// caches and replaces them with the written ones. `offset` is where the
+/// pass's positions start: an i32 scalar for every row, or one per row
+/// `[batch]` (a decode batch of sequences at different positions).
 pub struct TracePass<'f> {
     f: &'f mut Function,
     offset: Value,
@@ -265,9 +254,16 @@ pub struct TracePass<'f> {
 }
 
 impl<'f> TracePass<'f> {
-    /// A pass recording into `f`, at position `offset`, over `caches` (one per layer).
+    /// A pass recording into `f`, from position `offset` (scalar or per
+    /// row), over `caches` (one per layer).
     pub fn new(f: &'f mut Function, offset: Value, caches: Vec<LayerCache>) -> TracePass<'f> {
         TracePass { f, offset, caches }
+    }
+
+    /// The function being recorded into (for ops around the model's, such
+    /// as picking the last position).
+    pub fn function(&mut self) -> &mut Function {
+        self.f
     }
 
     /// The caches as the pass left them (written by every layer's attention).
@@ -288,6 +284,43 @@ fn to_heads(f: &mut Function, x: &Value, heads: i64, d: i64) -> Result<Value> {
     let (b, l) = (x.shape()[0], x.shape()[1]);
     let x = f.reshape(x, &[b, l, heads, d])?;
     f.transpose(&x, &[0, 2, 1, 3])
+}
+
+/// `x [n, in]`, row `r` through expert `ids[r]` of the stacked `w
+/// [experts, out, in]`: `[n, out]`. Only the chosen experts' matrices are
+/// read (gathered, then dequantized): right for decode steps; a long
+/// prompt through a large mixture gathers a matrix per token and expert.
+fn expert_products(f: &mut Function, x: &Value, w: &Weight, ids: &Value) -> Result<Value> {
+    let n = ids.shape()[0];
+    // Each expert's [out, cols] as one row of [experts, out · cols], gathered.
+    let pick = |f: &mut Function, stacked: &Value| -> Result<Value> {
+        let [e, out, cols] = *stacked.shape() else {
+            return Err(shape("switch_glu", format!("stacked experts {}", stacked.ty())));
+        };
+        let flat = f.reshape(stacked, &[e, out * cols])?;
+        let rows = f.gather_rows(&flat, ids)?;
+        f.reshape(&rows, &[n * out, cols])
+    };
+    let matrices = match w {
+        Weight::Dense(d) => {
+            let rows = pick(f, d)?;
+            f.convert(&rows, ElementType::F32)
+        }
+        Weight::Quantized(q) => {
+            let picked = Quantized {
+                packed: pick(f, &q.packed)?,
+                scales: pick(f, &q.scales)?,
+                biases: pick(f, &q.biases)?,
+                bits: q.bits,
+                group: q.group,
+            };
+            layers::dequantize(f, &picked)?
+        }
+    };
+    let out = matrices.shape()[0] / n;
+    let inputs = matrices.shape()[1];
+    let matrices = f.reshape(&matrices, &[n, out, inputs])?;
+    f.dot_general(x, &matrices, (&[0], &[0]), (&[1], &[2]))
 }
 
 /// `x[..., :dims] · s`, the other features as they are.
@@ -392,8 +425,41 @@ impl Ops<Hlo> for TracePass<'_> {
         layers::softmax_last(self.f, x)
     }
 
-    fn top_k(&mut self, _x: &Value, _k: usize) -> Result<(Value, Value)> {
-        Err(Error::Model("top-k (mixture routing) is not traced into StableHLO yet".into()))
+    fn top_k(&mut self, x: &Value, k: usize) -> Result<(Value, Value)> {
+        // k rounds of: the row's largest value, its first index, then that
+        // entry masked out. The routers' k is small (2 to 8).
+        let f = &mut *self.f;
+        let last = x.shape().len().checked_sub(1).ok_or_else(|| shape("top_k", "a scalar input"))?;
+        let n = x.shape()[last];
+        if k == 0 || i64_of(k) > n {
+            return Err(shape("top_k", format!("the {k} largest of {}", x.ty())));
+        }
+        let keep: Vec<usize> = (0..last).collect();
+        let mut one = x.shape().to_vec();
+        one[last] = 1;
+        let index = f.iota(TensorType::new(x.shape(), ElementType::F32), last)?;
+        let past_end = f.splat(n as f64, index.ty().clone());
+        let hidden = f.splat(f64::NEG_INFINITY, x.ty().clone());
+        let (mut rest, mut values, mut indices) = (x.clone(), Vec::new(), Vec::new());
+        for _ in 0..k {
+            let max = f.reduce(&rest, &[last], crate::builder::Reduction::Max)?;
+            let max_all = f.broadcast_in_dim(&max, x.shape(), &keep)?;
+            let is_max = f.compare(&rest, crate::builder::Comparison::Eq, &max_all)?;
+            // The first index holding the maximum: min over candidates = -max(-candidates).
+            let candidates = f.select(&is_max, &index, &past_end)?;
+            let negated = f.negate(&candidates)?;
+            let first = f.reduce(&negated, &[last], crate::builder::Reduction::Max)?;
+            let first = f.negate(&first)?;
+            let first_all = f.broadcast_in_dim(&first, x.shape(), &keep)?;
+            let taken = f.compare(&index, crate::builder::Comparison::Eq, &first_all)?;
+            rest = f.select(&taken, &hidden, &rest)?;
+            values.push(f.reshape(&max, &one)?);
+            let first = f.convert(&first, ElementType::I32);
+            indices.push(f.reshape(&first, &one)?);
+        }
+        let values: Vec<&Value> = values.iter().collect();
+        let indices: Vec<&Value> = indices.iter().collect();
+        Ok((f.concatenate(&values, last)?, f.concatenate(&indices, last)?))
     }
 
     fn normalize_sum(&mut self, x: &Value) -> Result<Value> {
@@ -404,11 +470,90 @@ impl Ops<Hlo> for TracePass<'_> {
         self.f.divide(x, &sum)
     }
 
-    fn switch_glu(&mut self, _x: &Value, experts: [&Experts; 3], _chosen: &Value, _act: Activation) -> Result<Value> {
-        match *experts[0] {}
+    fn switch_glu(
+        &mut self,
+        x: &Value,
+        [gate_w, up_w, down_w]: [&Experts; 3],
+        chosen: &Value,
+        act: Activation,
+    ) -> Result<Value> {
+        let f = &mut *self.f;
+        let ([b, l, h], [_, _, k]) = (x.shape(), chosen.shape()) else {
+            return Err(shape("switch_glu", format!("x {} and chosen experts {}", x.ty(), chosen.ty())));
+        };
+        let (b, l, h, k) = (*b, *l, *h, *k);
+        // One row per (token, chosen expert).
+        let n = b * l * k;
+        let ids = f.reshape(chosen, &[n])?;
+        let xs = f.broadcast_in_dim(x, &[b, l, k, h], &[0, 1, 3])?;
+        let xs = f.reshape(&xs, &[n, h])?;
+        let g = expert_products(f, &xs, gate_w, &ids)?;
+        let u = expert_products(f, &xs, up_w, &ids)?;
+        let hidden = layers::gated(f, &g, &u, gate(act))?;
+        let y = expert_products(f, &hidden, down_w, &ids)?;
+        let out = y.shape()[1];
+        f.reshape(&y, &[b, l, k, out])
     }
 
-    fn weighted_sum(&mut self, _ys: &Value, _weights: &Value) -> Result<Value> {
-        Err(Error::Model("mixtures of experts are not traced into StableHLO yet".into()))
+    fn weighted_sum(&mut self, ys: &Value, weights: &Value) -> Result<Value> {
+        let f = &mut *self.f;
+        let rank = ys.shape().len();
+        if rank < 2 || weights.shape() != &ys.shape()[..rank - 1] {
+            return Err(shape("weighted_sum", format!("{} weighted by {}", ys.ty(), weights.ty())));
+        }
+        let keep: Vec<usize> = (0..rank - 1).collect();
+        let w = f.broadcast_in_dim(weights, ys.shape(), &keep)?;
+        let weighted = f.multiply(ys, &w)?;
+        f.reduce(&weighted, &[rank - 2], crate::builder::Reduction::Sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::Module;
+
+    fn f32s(shape: &[i64]) -> StoredTensor {
+        StoredTensor { shape: shape.to_vec(), element: ElementType::F32 }
+    }
+
+    #[test]
+    fn weights_are_parameters_checked_against_the_stored_tensors() {
+        let mut stored = StoredTensors::new();
+        stored.insert("a.weight", f32s(&[8, 4]));
+        stored.insert("a.bias", f32s(&[8]));
+        stored.insert("b.weight", f32s(&[4, 8]));
+        stored.insert("extra.weight", f32s(&[2]));
+        let module = Module::new("m");
+        let mut f = module.function("f", &[]);
+        let loader = ParameterLoader::new(&mut f, &stored);
+        let a = loader.linear("a", 4, 8, true).unwrap();
+        assert!(matches!(a.weight, Weight::Dense(ref w) if w.shape() == [8, 4]) && a.bias.is_some());
+        let err = loader.linear("b", 4, 8, false).err().unwrap().to_string();
+        assert_eq!(err, "weight b.weight: shape [4, 8], expected [8, 4]");
+        let err = loader.linear("c", 4, 8, false).err().unwrap().to_string();
+        assert_eq!(err, "weight c.weight: missing");
+        assert_eq!(loader.unused(), ["b.weight", "extra.weight"]);
+    }
+
+    #[test]
+    fn quantized_parts_are_declared_as_stored_and_their_shapes_checked() {
+        let mut stored = StoredTensors::new();
+        stored.insert("q.weight", StoredTensor { shape: vec![8, 4], element: ElementType::I32 });
+        stored.insert("q.scales", StoredTensor { shape: vec![8, 1], element: ElementType::F16 });
+        stored.insert("q.biases", f32s(&[8, 1]));
+        stored.mark_quantized("q", StoredQuantization { bits: 4, group: 32 });
+        stored.insert("r.weight", StoredTensor { shape: vec![8, 4], element: ElementType::I32 });
+        stored.insert("r.scales", f32s(&[8, 2]));
+        stored.insert("r.biases", f32s(&[8, 2]));
+        stored.mark_quantized("r", StoredQuantization { bits: 4, group: 32 });
+        let module = Module::new("m");
+        let mut f = module.function("f", &[]);
+        let loader = ParameterLoader::new(&mut f, &stored);
+        let q = loader.linear("q", 32, 8, false).unwrap();
+        let Weight::Quantized(q) = q.weight else { panic!("q is quantized") };
+        assert_eq!((q.scales.element(), q.biases.element()), (ElementType::F16, ElementType::F32));
+        let err = loader.linear("r", 32, 8, false).err().unwrap().to_string();
+        assert_eq!(err, "weight r.scales: shape [8, 2], expected [8, 1]");
     }
 }

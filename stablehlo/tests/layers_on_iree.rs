@@ -252,6 +252,13 @@ fn rope_gates_and_quantized_embeddings_match_their_definitions() {
         let y = layers::rope(&mut f, &xv, &off, rope).unwrap();
         f.finish(&mut m, &[&y]).unwrap();
     }
+    // Two rows at their own positions (a decode batch): one offset per row.
+    let rows_shape = [2, h, l, d];
+    let mut f =
+        m.function("rope_rows", &[("x", f32s(&rows_shape)), ("offsets", TensorType::new(&[2], ElementType::I32))]);
+    let (xv, off) = (f.arg(0), f.arg(1));
+    let y = layers::rope(&mut f, &xv, &off, &ropes[1].1).unwrap();
+    f.finish(&mut m, &[&y]).unwrap();
     let mut f = m.function("gates", &[("gate", f32s(&[2, 8])), ("up", f32s(&[2, 8]))]);
     let (gv, uv) = (f.arg(0), f.arg(1));
     let silu = layers::gated(&mut f, &gv, &uv, Gate::Silu).unwrap();
@@ -278,6 +285,17 @@ fn rope_gates_and_quantized_embeddings_match_their_definitions() {
         let got = compiled.run(name, &[Input::Array(&xd, &[b, h, l, d]), Input::ScalarI32(5)], 1);
         close(name, &got[0], &rope_ref(&x, l as usize, d as usize, 5, rope));
     }
+
+    let x2 = rng.floats((2 * h * l * d) as usize);
+    let (x2d, offsets) = (Data::F32(x2.clone()), Data::I32(vec![5, 11]));
+    let got = compiled.run("rope_rows", &[Input::Array(&x2d, &rows_shape), Input::Array(&offsets, &[2])], 1);
+    let row = (h * l * d) as usize;
+    let want: Vec<f64> = [5, 11]
+        .iter()
+        .enumerate()
+        .flat_map(|(r, &o)| rope_ref(&x2[r * row..(r + 1) * row], l as usize, d as usize, o, &ropes[1].1))
+        .collect();
+    close("rope_rows", &got[0], &want);
 
     let (gd, ud) = (Data::F32(gate.clone()), Data::F32(up.clone()));
     let got = compiled.run("gates", &[Input::Array(&gd, &[2, 8]), Input::Array(&ud, &[2, 8])], 2);
