@@ -76,6 +76,24 @@ pub mod kinds {
     pub const STABLEHLO: &str = "stablehlo";
     /// An IREE VM flatbuffer module; key = graph name, target = IREE target (triple, CPU features or GPU arch).
     pub const IREE_VMFB: &str = "iree-vmfb";
+    /// The key of the module holding every traced function (`prefill_T`,
+    /// `decode_B`) in [`STABLEHLO`] and [`IREE_VMFB`] sections
+    /// (docs/bundle-format.md §4.2.3).
+    pub const MODEL_GRAPH_KEY: &str = "model";
+    /// The property of a [`STABLEHLO`] or [`IREE_VMFB`] section giving the
+    /// KV caches' capacity in positions.
+    pub const CACHE_CAPACITY_KEY: &str = "cache_capacity";
+    /// The property listing the prompt-chunk lengths traced (`32,128,512`).
+    pub const PREFILL_KEY: &str = "prefill";
+    /// The property listing the decode batch sizes traced (`1,4`).
+    pub const DECODE_KEY: &str = "decode";
+    /// The property of an [`IREE_VMFB`] section naming the `iree-compile`
+    /// version that made it (a runtime loads modules of its own version).
+    pub const IREE_VERSION_KEY: &str = "iree_version";
+    /// The property of an [`IREE_VMFB`] section compiled for the compiling
+    /// machine's CPU (`llvm-cpu:TRIPLE:host`): the x86-64 extensions it had
+    /// (`avx2,fma,...`), which the running CPU must have too.
+    pub const CPU_FEATURES_KEY: &str = "cpu_features";
     /// Precompiled GPU kernels; target = device arch, property
     /// [`KERNEL_SET_KEY`] names the kernel set, which defines the key.
     pub const KERNELS: &str = "kernels";

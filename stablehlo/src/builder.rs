@@ -106,7 +106,15 @@ impl Module {
                 Value { name: format!("%{name}"), ty: ty.clone() }
             })
             .collect();
-        Function { name: name.to_string(), args, body: String::new(), next: 0, parameters: Parameters::default() }
+        let outputs = vec![None; args.len()];
+        Function {
+            name: name.to_string(),
+            args,
+            outputs,
+            body: String::new(),
+            next: 0,
+            parameters: Parameters::default(),
+        }
     }
 
     /// The parameters the module's functions load, with their types, in
@@ -165,6 +173,8 @@ impl Parameters {
 pub struct Function {
     name: String,
     args: Vec<Value>,
+    /// Per argument: the result written into its storage (see [`Function::write_result_into`]).
+    outputs: Vec<Option<usize>>,
     body: String,
     next: usize,
     parameters: Parameters,
@@ -181,16 +191,55 @@ impl Function {
         self.args[index].clone()
     }
 
+    /// Result `result` is written into argument `arg`'s storage instead of a
+    /// buffer IREE allocates (`iree.abi.output`): a KV cache passed in is
+    /// updated where it lies, not copied into a new cache every step. The
+    /// caller's buffer then holds the result after the call; the two must
+    /// have one type (checked by [`Function::finish`]).
+    pub fn write_result_into(&mut self, arg: usize, result: usize) -> Result<()> {
+        let taken = self.outputs.contains(&Some(result));
+        match self.outputs.get_mut(arg) {
+            Some(slot @ None) if !taken => {
+                *slot = Some(result);
+                Ok(())
+            }
+            _ => Err(shape(
+                "func",
+                format!("result {result} written into argument {arg} (of {}; each once)", self.args.len()),
+            )),
+        }
+    }
+
     /// Ends the function returning `results` and adds it to `module`.
     pub fn finish(self, module: &mut Module, results: &[&Value]) -> Result<()> {
         let symbol = sanitize(&self.name);
         if module.function_names.contains(&symbol) {
             return Err(shape("func", format!("a second function @{symbol} in module @{}", sanitize(&module.name))));
         }
+        for (arg, result) in self.outputs.iter().enumerate().filter_map(|(a, r)| r.map(|r| (a, r))) {
+            if results.get(result).is_none_or(|r| r.ty != self.args[arg].ty) {
+                return Err(shape(
+                    "func",
+                    format!(
+                        "result {result} written into argument {arg} {}: {}",
+                        self.args[arg].ty,
+                        results.get(result).map_or("no such result".to_string(), |r| r.ty.to_string())
+                    ),
+                ));
+            }
+        }
         for (name, ty) in &self.parameters.list {
             module.parameters.declare(name, ty)?;
         }
-        let args: Vec<String> = self.args.iter().map(|a| format!("{}: {}", a.name, a.ty)).collect();
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .zip(&self.outputs)
+            .map(|(a, out)| match out {
+                Some(r) => format!("{}: {} {{iree.abi.output = {r} : index}}", a.name, a.ty),
+                None => format!("{}: {}", a.name, a.ty),
+            })
+            .collect();
         let types: Vec<String> = results.iter().map(|r| r.ty.to_string()).collect();
         let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
         let mut text =
@@ -758,6 +807,26 @@ mod tests {
         assert!(matches!(g.finish(&mut m, &[&w]), Err(Error::ParameterType { .. })));
         assert_eq!(m.parameters().len(), 1);
         assert_eq!(m.to_mlir().matches("util.global private").count(), 1);
+    }
+
+    #[test]
+    fn results_written_into_arguments_are_marked_and_checked() {
+        let mut m = Module::new("m");
+        let mut f = m.function("step", &[("x", f32s(&[4])), ("cache", f32s(&[4]))]);
+        let (x, cache) = (f.arg(0), f.arg(1));
+        let sum = f.add(&x, &cache).unwrap();
+        f.write_result_into(1, 1).unwrap();
+        assert!(f.write_result_into(1, 0).is_err(), "an argument takes one result");
+        assert!(f.write_result_into(0, 1).is_err(), "a result goes into one argument");
+        assert!(f.write_result_into(2, 0).is_err(), "no third argument");
+        f.finish(&mut m, &[&x, &sum]).unwrap();
+        assert!(m.to_mlir().contains("%cache: tensor<4xf32> {iree.abi.output = 1 : index}"), "{}", m.to_mlir());
+
+        let mut g = m.function("bad", &[("x", f32s(&[4])), ("cache", f32s(&[8]))]);
+        let x = g.arg(0);
+        g.write_result_into(1, 0).unwrap();
+        let e = g.finish(&mut m, &[&x]).unwrap_err().to_string();
+        assert!(e.contains("result 0 written into argument 1 tensor<8xf32>: tensor<4xf32>"), "{e}");
     }
 
     #[test]

@@ -129,6 +129,23 @@ impl IreeCompiler {
         &self.program
     }
 
+    /// The compiler's version as `iree-compile --version` prints it
+    /// (`3.13.0rc20261016`): what a runtime compares before loading a module.
+    pub fn version(&self) -> Result<String> {
+        let io = |source| Error::Io { what: "running", path: self.program.clone(), source };
+        let output = Command::new(&self.program).arg("--version").output().map_err(io)?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("IREE compiler version "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .ok_or_else(|| Error::Compile {
+                target: "--version".into(),
+                status: output.status.to_string(),
+                stderr: format!("no \"IREE compiler version\" line in: {text}"),
+            })
+    }
+
     /// Compiles a StableHLO module (MLIR text) for `target` into a vmfb.
     pub fn compile(&self, mlir: &str, target: &Target) -> Result<Vec<u8>> {
         let io = |what, source| Error::Io { what, path: self.program.clone(), source };

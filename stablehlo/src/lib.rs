@@ -8,6 +8,10 @@
 //!   and dense linear maps with the dequantization in the graph, RoPE,
 //!   attention over an explicit KV cache, gated MLPs, embeddings) in those
 //!   ops, computing what the MLX runtime's kernels compute.
+//! - [`model`]: the model code of `mlxcel-models` traced into those ops
+//!   (a backend whose weights are parameters and whose pass records).
+//! - [`graphs`]: the functions a bundle exports (bucketed prefill, decode
+//!   batches) traced from it, the KV caches written in place.
 //! - [`iree`]: `iree-compile` from the pinned `iree-base-compiler` package,
 //!   and the targets (`iree-llvm-cpu`, `iree-cuda-smNN`) it builds for.
 //!
@@ -18,6 +22,7 @@
 
 pub mod builder;
 pub mod error;
+pub mod graphs;
 pub mod iree;
 pub mod layers;
 pub mod model;
@@ -25,5 +30,6 @@ pub mod types;
 
 pub use builder::{Comparison, Function, Module, PARAMETER_SCOPE, Reduction, Value};
 pub use error::{Error, Result};
+pub use graphs::GraphPlan;
 pub use iree::{IreeCompiler, Target};
 pub use types::{ElementType, TensorType};

@@ -7,10 +7,13 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mlxcel_compiler::compile::{CompileOptions, Progress, QuantizeTarget, TensorPlan, WeightLayoutChoice, compile};
+use mlxcel_compiler::compile::{
+    CompileOptions, GraphEvent, IreeOptions, Progress, QuantizeTarget, TensorPlan, WeightLayoutChoice, compile,
+};
 use mlxcel_compiler::cuda::{CudaKernelOptions, CudaTarget, KernelEvent};
 use mlxcel_compiler::hub;
 use mlxcel_compiler::ingest::SourceModel;
+use mlxcel_stablehlo::{IreeCompiler, Target as IreeTarget};
 use mlxcel_surgery::{ModelTensor, ModelView, Surgery};
 
 /// Compiles a large language model ahead of time into one verified,
@@ -51,8 +54,9 @@ struct Args {
     /// How quantized weights are arranged: rows16 (4- and 8-bit matrices
     /// with a multiple of 16 rows stored in transposed blocks of 16 rows,
     /// which mlxcel's CPU kernels read fastest, for one sequence and for a
-    /// decode batch), row-major (MLX's layout, what GPU ops read), or auto:
-    /// row-major with --target cuda-*, else rows16. See docs/compiler.md.
+    /// decode batch), row-major (MLX's layout, what GPU ops and IREE read),
+    /// or auto: row-major with --target cuda-* or iree-*, else rows16. See
+    /// docs/compiler.md.
     #[arg(long, default_value = "auto", value_name = "auto|rows16|row-major")]
     weight_layout: WeightLayoutChoice,
     /// Print each tensor's stored form, size and quantization error (relative RMS against the source values).
@@ -73,23 +77,39 @@ struct Args {
     /// it would change, then stop without writing anything.
     #[arg(long, requires = "surgery")]
     surgery_dry_run: bool,
-    /// Also store MLX's CUDA kernels for this GPU architecture (repeatable):
-    /// cuda-sm80, cuda-sm86, cuda-sm89, cuda-sm90, cuda-sm100 or cuda-sm120.
-    /// MLX compiles a few kernel modules (the embedding lookup's gather, the
-    /// quantized matmul of prompts of 8 or more tokens) on the GPU host the
-    /// first time a process needs them, seconds to a minute each; these
-    /// are compiled here with NVRTC (no GPU needed; 3 s to 50 s a module, ~2 GB each) and
-    /// stored so that the runtime starts with them ready. Only f32
-    /// activations (MLX's float32, the runtime's default) are covered, and
-    /// only MLX 0.32.4's CUDA wheel. See docs/compiler.md.
-    #[arg(long = "target", value_name = "cuda-smXY")]
-    targets: Vec<CudaTarget>,
-    /// With --target: MLX's CUDA wheel, its mlx/ folder (version.h and
+    /// Also compile for this target (repeatable). cuda-sm80, cuda-sm86,
+    /// cuda-sm89, cuda-sm90, cuda-sm100, cuda-sm120: MLX's CUDA kernels for
+    /// that GPU architecture. MLX compiles a few kernel modules (the
+    /// embedding lookup's gather, the quantized matmul of prompts of 8 or
+    /// more tokens) on the GPU host the first time a process needs them,
+    /// seconds to a minute each; these are compiled here with NVRTC (no GPU
+    /// needed; 3 s to 50 s a module, ~2 GB each) and stored so that the
+    /// runtime starts with them ready (f32 activations, MLX 0.32.4's CUDA
+    /// wheel only). iree-llvm-cpu (this machine's CPU),
+    /// iree-llvm-cpu:TRIPLE:CPU (e.g. iree-llvm-cpu:x86_64-unknown-linux-gnu:x86-64-v3)
+    /// or iree-cuda-smNN: the model traced into StableHLO (stored once) and
+    /// compiled by iree-compile into an IREE module for that target, with
+    /// prefill over prompt chunks of 32, 128 and 512 tokens and decode
+    /// steps of 1 and 4 sequences; the weights stay the bundle's tensors.
+    /// See docs/compiler.md.
+    #[arg(long = "target", value_name = "cuda-smXY|iree-...")]
+    targets: Vec<BuildTarget>,
+    /// With --target iree-*: positions the traced KV caches hold, the
+    /// longest context the IREE backend serves (default: the model's
+    /// context, at most 4096; each decode step attends over all of them).
+    #[arg(long, value_name = "N")]
+    iree_context: Option<usize>,
+    /// With --target iree-*: the iree-compile program. Default:
+    /// $MLXCEL_DEPS_DIR/iree/iree/compiler/_mlir_libs/iree-compile, from the
+    /// iree-base-compiler package `make setup` installs.
+    #[arg(long, env = "MLXCEL_IREE_COMPILE", value_name = "PATH")]
+    iree_compile: Option<PathBuf>,
+    /// With --target cuda-*: MLX's CUDA wheel, its mlx/ folder (version.h and
     /// libmlx.so, whose built-in kernel sources are compiled). Default:
     /// $MLXCEL_DEPS_DIR/mlx-cuda-13/mlx, which `make setup-cuda` installs.
     #[arg(long, env = "MLXCEL_MLX_CUDA", value_name = "DIR")]
     mlx_cuda: Option<PathBuf>,
-    /// With --target: the unpacked nvidia-cuda-nvrtc and nvidia-cuda-runtime
+    /// With --target cuda-*: the unpacked nvidia-cuda-nvrtc and nvidia-cuda-runtime
     /// (CUDA 13) wheels, the folder holding nvidia/cu13/{lib,include}.
     /// Default: $MLXCEL_DEPS_DIR/nvrtc-13, which `make setup-cuda` installs.
     #[arg(long, env = "MLXCEL_NVRTC", value_name = "DIR")]
@@ -137,6 +157,7 @@ fn run(args: Args) -> Result<()> {
         return dry_run(&source, surgery);
     }
     let cuda = cuda_options(&args)?;
+    let iree = iree_options(&args)?;
     let options = CompileOptions {
         quantize: args.quantize,
         group_size: args.group_size,
@@ -145,6 +166,7 @@ fn run(args: Args) -> Result<()> {
         report: args.report,
         weight_layout: args.weight_layout.resolve(!args.targets.is_empty()),
         cuda,
+        iree,
         name: args.name.clone(),
         chat_template: args
             .chat_template
@@ -189,6 +211,19 @@ fn run(args: Args) -> Result<()> {
             );
             bar.set_message(format!("CUDA kernel modules: {done}/{jobs} compiled"));
         }
+        Progress::Graphs(GraphEvent::Traced { functions, bytes }) => {
+            bar.inc(last);
+            last = 0;
+            let line = format!("traced {} into StableHLO ({:.1} MB of MLIR)", functions.join(", "), bytes as f64 / 1e6);
+            log_line(&bar, args.quiet, &line);
+        }
+        Progress::Graphs(GraphEvent::Compiling { target }) => {
+            bar.set_message(format!("iree-compile for {target} (a minute or more for a real model)"));
+        }
+        Progress::Graphs(GraphEvent::Compiled { target, bytes, seconds }) => {
+            let line = format!("IREE module for {target}: {:.2} MB in {seconds:.1} s", bytes as f64 / 1e6);
+            log_line(&bar, args.quiet, &line);
+        }
     })
     .with_context(|| format!("compiling into {}", output.display()))?;
     bar.inc(last);
@@ -230,14 +265,83 @@ fn run(args: Args) -> Result<()> {
             bytes as f64 / 1e6
         );
     }
+    for g in &report.graphs {
+        let _ = writeln!(
+            std::io::stderr(),
+            "IREE module for {}: {:.1} MB ({:.1} s of iree-compile)",
+            g.target,
+            g.bytes as f64 / 1e6,
+            g.seconds
+        );
+    }
     Ok(())
 }
 
-/// What --target, --mlx-cuda and --nvrtc ask for; the tools' folders
+/// One `--target`: a GPU architecture for MLX's CUDA kernels, or an IREE target.
+#[derive(Clone, Debug)]
+enum BuildTarget {
+    Cuda(CudaTarget),
+    Iree(IreeTarget),
+}
+
+impl std::str::FromStr for BuildTarget {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<BuildTarget, String> {
+        if s.starts_with("iree-") {
+            s.parse().map(BuildTarget::Iree).map_err(|e: mlxcel_stablehlo::iree::UnknownTarget| e.to_string())
+        } else {
+            s.parse()
+                .map(BuildTarget::Cuda)
+                .map_err(|e| format!("{e}; or an IREE target: iree-llvm-cpu, iree-cuda-sm90"))
+        }
+    }
+}
+
+/// What --target iree-*, --iree-context and --iree-compile ask for.
+fn iree_options(args: &Args) -> Result<Option<IreeOptions>> {
+    let mut targets: Vec<IreeTarget> = args
+        .targets
+        .iter()
+        .filter_map(|t| match t {
+            BuildTarget::Iree(t) => Some(t.clone()),
+            BuildTarget::Cuda(_) => None,
+        })
+        .collect();
+    if targets.is_empty() {
+        if args.iree_context.is_some() {
+            bail!("--iree-context needs a --target iree-*");
+        }
+        return Ok(None);
+    }
+    targets.dedup();
+    let compiler = match (&args.iree_compile, std::env::var_os("MLXCEL_DEPS_DIR")) {
+        (Some(p), _) => p.clone(),
+        (None, Some(deps)) => IreeCompiler::in_deps(Path::new(&deps)),
+        (None, None) => bail!(
+            "--target iree-* needs --iree-compile PATH (or MLXCEL_IREE_COMPILE, or MLXCEL_DEPS_DIR): \
+             `make setup` installs iree-compile under .deps/"
+        ),
+    };
+    if !compiler.is_file() {
+        bail!("--iree-compile {}: no such file (`make setup` installs it under .deps/iree)", compiler.display());
+    }
+    Ok(Some(IreeOptions { targets, compiler, context: args.iree_context }))
+}
+
+/// What --target cuda-*, --mlx-cuda and --nvrtc ask for; the tools' folders
 /// default to `make setup-cuda`'s under $MLXCEL_DEPS_DIR.
 fn cuda_options(args: &Args) -> Result<Option<CudaKernelOptions>> {
+    let cuda: Vec<CudaTarget> = args
+        .targets
+        .iter()
+        .filter_map(|t| match t {
+            BuildTarget::Cuda(t) => Some(*t),
+            BuildTarget::Iree(_) => None,
+        })
+        .collect();
     // --mlx-cuda and --nvrtc alone (set through the environment) do nothing.
-    if args.targets.is_empty() {
+    if cuda.is_empty() {
         return Ok(None);
     }
     let deps = std::env::var_os("MLXCEL_DEPS_DIR").map(PathBuf::from);
@@ -246,12 +350,12 @@ fn cuda_options(args: &Args) -> Result<Option<CudaKernelOptions>> {
             (Some(dir), _) => Ok(dir.clone()),
             (None, Some(deps)) => Ok(deps.join(under_deps)),
             (None, None) => bail!(
-                "--target needs {flag} DIR (or {env}, or MLXCEL_DEPS_DIR): install the CUDA tools with \
-                 `make setup-cuda`, which puts them under .deps/"
+                "--target cuda-* needs {flag} DIR (or {env}, or MLXCEL_DEPS_DIR): install the CUDA tools \
+                 with `make setup-cuda`, which puts them under .deps/"
             ),
         }
     };
-    let mut targets = args.targets.clone();
+    let mut targets = cuda;
     targets.sort();
     targets.dedup();
     Ok(Some(CudaKernelOptions {

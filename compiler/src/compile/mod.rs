@@ -8,6 +8,7 @@
 //! the per-tensor plan live in `options.rs`, the tensor writers in
 //! `write.rs`.
 
+mod graphs;
 mod options;
 mod phases;
 mod write;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 use mlxcel_bundle::WrittenBundle;
 use mlxcel_surgery::Surgery;
 
+pub use graphs::{DEFAULT_IREE_CONTEXT, GraphEvent, GraphReport, IreeOptions};
 pub use options::{CompileOptions, QuantizeTarget, TensorPlan, WeightLayout, WeightLayoutChoice, plan};
 
 use crate::ingest::{Architecture, SourceModel};
@@ -70,6 +72,10 @@ pub enum CompileError {
     /// Loading the CUDA tools or compiling MLX's kernels failed.
     #[error(transparent)]
     Kernels(#[from] crate::cuda::KernelError),
+    /// Tracing the model into StableHLO or compiling it with `iree-compile`
+    /// failed (`--target iree-*`).
+    #[error("IREE graphs: {0}")]
+    Graphs(mlxcel_stablehlo::Error),
     /// Reading a source file for its digest failed.
     #[error("reading {path}: {cause}")]
     Io {
@@ -138,8 +144,10 @@ pub struct CompileReport {
     pub tokenizer: TokenizerReport,
     /// One entry per source tensor, in source order.
     pub tensors: Vec<TensorReport>,
-    /// The kernel modules stored, in name order (empty without `--target`).
+    /// The kernel modules stored, in name order (empty without `--target cuda-*`).
     pub kernels: Vec<KernelReport>,
+    /// The IREE modules stored, one per target (empty without `--target iree-*`).
+    pub graphs: Vec<graphs::GraphReport>,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -181,6 +189,8 @@ pub enum Progress<'a> {
     },
     /// MLX's CUDA kernels are being compiled (`--target cuda-*`).
     Kernels(crate::cuda::KernelEvent<'a>),
+    /// The model is being traced and compiled by IREE (`--target iree-*`).
+    Graphs(graphs::GraphEvent<'a>),
 }
 
 /// The chat template a model family uses, for sources that ship none (the
@@ -237,6 +247,10 @@ pub fn compile(
             Some(t) => c.kernels(&mut w, t, &tensors, progress)?,
             None => Vec::new(),
         };
+        let graphs = match &options.iree {
+            Some(iree) => graphs::graphs(&mut w, c.config(surgery_plan.as_ref()), iree, &tensors, progress)?,
+            None => Vec::new(),
+        };
         c.provenance(&mut w, &tensors, surgery_plan.as_ref())?;
         // A tokenizer.json the runtime could not use fails the compile; the
         // temporary file goes with the writer.
@@ -245,6 +259,6 @@ pub fn compile(
         };
         let (compiled_tokenizer, token_bytes) = sections?;
         let (written, tokenizer) = c.write(w, compiled_tokenizer, &token_bytes)?;
-        Ok(CompileReport { written, tokenizer, tensors, kernels, elapsed: start.elapsed() })
+        Ok(CompileReport { written, tokenizer, tensors, kernels, graphs, elapsed: start.elapsed() })
     })
 }

@@ -95,13 +95,13 @@ impl WeightLayoutChoice {
     /// The layout to write. `auto` is `rows16`, whose decode is faster on
     /// every x86 build of mlxcel's kernels measured (docs/benchmarks.md,
     /// "Weight layouts"; AVX2's prefill is ~0.8x), except for a bundle
-    /// compiled for a GPU (`gpu_targets`: `--target cuda-*`): MLX's GPU ops
-    /// read only row-major, and the runtime would rearrange every matrix at
-    /// load.
-    pub fn resolve(self, gpu_targets: bool) -> WeightLayout {
+    /// compiled for a GPU or IREE (`row_major_targets`: `--target cuda-*`,
+    /// `--target iree-*`): MLX's GPU ops and the IREE graphs read only
+    /// row-major, and the runtime would rearrange every matrix at load.
+    pub fn resolve(self, row_major_targets: bool) -> WeightLayout {
         match self {
             WeightLayoutChoice::Given(layout) => layout,
-            WeightLayoutChoice::Auto if gpu_targets => WeightLayout::RowMajor,
+            WeightLayoutChoice::Auto if row_major_targets => WeightLayout::RowMajor,
             WeightLayoutChoice::Auto => WeightLayout::Rows16,
         }
     }
@@ -165,6 +165,8 @@ pub struct CompileOptions {
     /// MLX's run-time-compiled CUDA kernels to compile and store
     /// (`--target cuda-smXY`; crate::cuda).
     pub cuda: Option<CudaKernelOptions>,
+    /// The model traced into StableHLO and compiled by IREE (`--target iree-*`).
+    pub iree: Option<super::IreeOptions>,
 }
 
 impl Default for CompileOptions {
@@ -179,6 +181,7 @@ impl Default for CompileOptions {
             chat_template: None,
             weight_layout: WeightLayout::RowMajor,
             cuda: None,
+            iree: None,
         }
     }
 }
@@ -208,6 +211,21 @@ impl CompileOptions {
         if self.cuda.as_ref().is_some_and(|c| c.targets.is_empty()) {
             return Err(CompileError::Options("CUDA kernels asked for without a --target".into()));
         }
+        if let Some(iree) = &self.iree {
+            if iree.targets.is_empty() {
+                return Err(CompileError::Options("IREE graphs asked for without a --target iree-*".into()));
+            }
+            if self.weight_layout == WeightLayout::Rows16 {
+                return Err(CompileError::Options(
+                    "--weight-layout rows16 with --target iree-*: the IREE graphs read row-major weights \
+                     (use --weight-layout auto or row-major)"
+                        .into(),
+                ));
+            }
+            if iree.context == Some(0) {
+                return Err(CompileError::Options("--iree-context 0: the caches need at least one position".into()));
+            }
+        }
         Ok(())
     }
 
@@ -222,8 +240,16 @@ impl CompileOptions {
             "weight_layout": self.weight_layout.to_string(),
         });
         // Only when asked for: bundles without kernels keep their bytes.
+        let mut targets: Vec<String> = Vec::new();
         if let Some(cuda) = &self.cuda {
-            options["targets"] = json!(cuda.targets.iter().map(ToString::to_string).collect::<Vec<_>>());
+            targets.extend(cuda.targets.iter().map(ToString::to_string));
+        }
+        if let Some(iree) = &self.iree {
+            targets.extend(iree.targets.iter().map(ToString::to_string));
+            options["iree_context"] = json!(iree.context);
+        }
+        if !targets.is_empty() {
+            options["targets"] = json!(targets);
         }
         options
     }

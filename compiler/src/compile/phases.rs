@@ -160,10 +160,16 @@ impl<'a> Compilation<'a> {
         Ok(runtime.compute_vocabulary_bytes(vocab_size).map_err(check)?.to_section())
     }
 
+    /// The normalized config after surgery: what the bundle records and the
+    /// runtime builds the model from.
+    pub(super) fn config<'p>(&'p self, surgery: Option<&'p Plan>) -> &'p mlxcel_arch::ModelConfig {
+        surgery.map_or(self.source.config(), |p| &p.config)
+    }
+
     /// Creates the bundle with the model's name, architecture and normalized
     /// config after surgery (what the runtime builds the model from).
     pub(super) fn create(&self, output: &Path, surgery: Option<&Plan>) -> Result<BundleWriter> {
-        let config = surgery.map_or(self.source.config(), |p| &p.config);
+        let config = self.config(surgery);
         let model = ModelInfo {
             architecture: config.architecture.name().to_string(),
             name: self.options.name.clone().unwrap_or_else(|| default_name(self.source.path())),

@@ -35,6 +35,8 @@ pub enum Data {
     F32(Vec<f32>),
     I32(Vec<i32>),
     U32(Vec<u32>),
+    /// Little-endian bytes of the safetensors dtype named (parameters only).
+    Raw(Vec<u8>, &'static str),
 }
 
 impl Data {
@@ -43,6 +45,7 @@ impl Data {
             Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Data::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Data::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::Raw(b, _) => b.clone(),
         }
     }
 
@@ -51,6 +54,7 @@ impl Data {
             Data::F32(_) => "<f4",
             Data::I32(_) => "<i4",
             Data::U32(_) => "<u4",
+            Data::Raw(..) => panic!("raw bytes are for parameter files, not inputs"),
         }
     }
 
@@ -60,6 +64,7 @@ impl Data {
             Data::I32(_) => "I32",
             // The words of packed codes: IREE's parameters are signless.
             Data::U32(_) => "I32",
+            Data::Raw(_, dtype) => dtype,
         }
     }
 }
@@ -162,8 +167,13 @@ pub struct Compiled {
 impl Compiled {
     /// Compiles `mlir` for this machine's CPU with the weights in `params`.
     pub fn new(tag: &str, mlir: &str, params: &[(&str, &Data, &[i64])]) -> Compiled {
-        let scratch = Scratch::new(tag);
         let vmfb = compiler().compile(mlir, &Target::host_cpu()).unwrap_or_else(|e| panic!("{e}\n{mlir}"));
+        Compiled::from_vmfb(tag, &vmfb, params)
+    }
+
+    /// A module compiled already (`vmfb`), with the weights in `params`.
+    pub fn from_vmfb(tag: &str, vmfb: &[u8], params: &[(&str, &Data, &[i64])]) -> Compiled {
+        let scratch = Scratch::new(tag);
         std::fs::write(scratch.path("module.vmfb"), vmfb).unwrap();
         let params = (!params.is_empty()).then(|| {
             let p = scratch.path("params.safetensors");
