@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use indicatif::HumanBytes;
-use mlxcel_bundle::{Bundle, hex};
+use mlxcel_bundle::{Bundle, hex, kinds};
 use serde_json::{Value, json};
 
 /// Hyperparameters worth showing in the readable report, in this order.
@@ -291,6 +291,23 @@ pub fn to_text(bundle: &Bundle, tensors: bool) -> String {
     let gpu = mlxcel_runtime::gpu_kernels::bundle_targets(bundle);
     if !gpu.is_empty() {
         let _ = writeln!(out, "\nGPU kernels (mlxcel-compile --target) for: {}", gpu.join(", "));
+    }
+    for s in bundle.sections().filter(|s| s.kind() == kinds::IREE_VMFB) {
+        // The IREE modules of `--target iree-*` (docs/bundle-format.md §4.2.3).
+        let prop = |k: &str| s.property(k).unwrap_or("?").to_string();
+        let _ = writeln!(
+            out,
+            "\nIREE module {} for {} (iree-compile {}): prefill chunks {}, decode batches {}, caches of {} positions",
+            s.key(),
+            s.target(),
+            prop(kinds::IREE_VERSION_KEY),
+            prop(kinds::PREFILL_KEY),
+            prop(kinds::DECODE_KEY),
+            prop(kinds::CACHE_CAPACITY_KEY)
+        );
+        if let Some(features) = s.property(kinds::CPU_FEATURES_KEY) {
+            let _ = writeln!(out, "  needs CPU features: {features}");
+        }
     }
     let manifest = bundle.manifest();
     if !manifest.metadata.is_empty() {

@@ -168,6 +168,13 @@ fn check_bundle(arch: &str, bits: u32) {
         .output()
         .unwrap();
     assert!(out.status.success(), "mlxcel-compile: {}", String::from_utf8_lossy(&out.stderr));
+    let inspect = std::process::Command::new(mlxcel_tests::mlxcel_bin()).arg("inspect").arg(&bundle).output().unwrap();
+    let listing = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        listing.contains("IREE module model for llvm-cpu:")
+            && listing.contains("prefill chunks 32, decode batches 1,4, caches of 32 positions"),
+        "{listing}"
+    );
     let b = Bundle::open(&bundle).unwrap();
     let section = |kind: &str| {
         b.sections().find(|s| s.kind() == kind && s.key() == kinds::MODEL_GRAPH_KEY).unwrap_or_else(|| panic!("{kind}"))
