@@ -110,7 +110,7 @@ pub const VARIABLES: [Variable; 9] = [
     Variable {
         name: STEP_GRAPHS,
         values: "1, 0 (on, off, true, false, yes, no)",
-        default: "0 (until the replay is verified on a GPU: docs/cuda.md)",
+        default: "1",
         meaning: "whether a GPU decode step of mlxcel's kernels only is recorded once as a CUDA graph and replayed for the next steps of the same sequences (same bits either way)",
     },
 ];
@@ -176,7 +176,7 @@ impl Default for Settings {
             kernels: Path::Auto,
             inline_eval: true,
             amx: true,
-            step_graphs: false,
+            step_graphs: true,
         }
     }
 }

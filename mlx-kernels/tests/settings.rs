@@ -35,7 +35,7 @@ fn every_variable_parses_its_values() {
         ("MLXCEL_KERNELS", "mlx"),
         ("MLXCEL_INLINE_EVAL", "0"),
         ("MLXCEL_AMX", "no"),
-        ("MLXCEL_STEP_GRAPHS", "on"),
+        ("MLXCEL_STEP_GRAPHS", "off"),
     ])
     .unwrap();
     assert_eq!(s.device, DeviceRequest::Exactly(Device::Cpu));
@@ -43,7 +43,7 @@ fn every_variable_parses_its_values() {
     assert_eq!(s.threads, Some(3));
     assert_eq!((s.spin_us, s.spin_yield, s.kernels, s.inline_eval), (0, false, Path::Mlx, false));
     assert!(!s.amx);
-    assert!(s.step_graphs);
+    assert!(!s.step_graphs);
     for (value, path) in [("auto", Path::Auto), ("1", Path::Auto), ("kernel", Path::Kernel), ("off", Path::Mlx)] {
         assert_eq!(parse(&[("MLXCEL_KERNELS", value)]).unwrap().kernels, path, "{value}");
     }
@@ -89,7 +89,7 @@ fn apply_sets_the_process_state_and_defaults_restore_it() {
         kernels: Path::Mlx,
         inline_eval: false,
         amx: false,
-        step_graphs: true,
+        step_graphs: false,
     };
     assert_eq!(s.apply().unwrap(), Device::Cpu);
     assert_eq!(fast::isa(), worst);
@@ -100,13 +100,13 @@ fn apply_sets_the_process_state_and_defaults_restore_it() {
     assert_eq!(fast::default_path(), Path::Mlx);
     assert!(!fast::inline_eval());
     assert!(!fast::amx_active());
-    assert!(fast::step_graphs());
+    assert!(!fast::step_graphs());
     let d = Settings { device: DeviceRequest::Exactly(Device::Cpu), ..Settings::default() };
     d.apply().unwrap();
     assert_eq!(fast::isa(), Isa::best());
     assert_eq!(fast::default_path(), Path::Auto);
     assert!(fast::inline_eval());
-    assert!(!fast::step_graphs());
+    assert!(fast::step_graphs(), "on by default");
     assert_eq!(fast::amx_active(), fast::amx_supported());
     assert!(fast::default_threads() >= 1);
     assert_eq!(fast::threads(), fast::default_threads());

@@ -34,13 +34,13 @@ pub fn set_inline_eval(on: bool) {
     INLINE_EVAL.store(on, Ordering::Relaxed);
 }
 
-static STEP_GRAPHS: AtomicBool = AtomicBool::new(false);
+static STEP_GRAPHS: AtomicBool = AtomicBool::new(true);
 
 /// Whether GPU decode steps of mlxcel's kernels only are recorded once and
-/// replayed as one CUDA graph ([`crate::fast::StepGraph`]). Default false
-/// until the replay of a real model's steps has run on a GPU (docs/cuda.md
-/// "Decode steps replayed as one CUDA graph"). The runtime's backend asks
-/// before recording.
+/// replayed as one CUDA graph ([`crate::fast::StepGraph`]). Default true
+/// since the replay of SmolLM2's steps was checked on an H200 to compute
+/// the node-by-node step's bits (docs/cuda.md "Decode steps replayed as
+/// one CUDA graph"). The runtime's backend asks before recording.
 pub fn step_graphs() -> bool {
     STEP_GRAPHS.load(Ordering::Relaxed)
 }
