@@ -8,11 +8,20 @@
 //! a key that is not a plain cache file name writes nothing.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use mlxcel_bundle::{Bundle, BundleWriter, ModelInfo, SectionSpec, kinds};
 use mlxcel_runtime::gpu_kernels::{
     GpuKernelOptions, GpuTarget, Installed, KERNEL_SET_MLX_PTX_CACHE, MissingGpuKernels, install,
 };
+
+/// `install` points MLX at its folder through the process-wide
+/// `MLX_PTX_CACHE_DIR`; the tests that install run one at a time so that
+/// one's check of the variable never sees another's folder.
+fn one_installer_at_a_time() -> MutexGuard<'static, ()> {
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    INSTALLING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn temp_dir(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("mlxcel-gpu-kernels-{tag}-{}", std::process::id()));
@@ -54,6 +63,7 @@ const MODULES: &[Entry<'static>] = &[
 
 #[test]
 fn installs_the_sections_of_this_gpu_and_points_mlx_at_them() {
+    let _serial = one_installer_at_a_time();
     let dir = temp_dir("install");
     let bundle = write_bundle(&dir.join("m.mlxb"), MODULES);
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
@@ -85,6 +95,7 @@ fn installs_the_sections_of_this_gpu_and_points_mlx_at_them() {
 
 #[test]
 fn an_own_module_that_does_not_load_is_an_error_naming_it() {
+    let _serial = one_installer_at_a_time();
     // Without a GPU (or without the `cuda` feature) mlxcel's own module
     // cannot load; a bundle that carries one must say so, not run without it
     // silently.
@@ -101,6 +112,7 @@ fn an_own_module_that_does_not_load_is_an_error_naming_it() {
 
 #[test]
 fn a_bundle_for_another_gpu_is_refused_naming_both() {
+    let _serial = one_installer_at_a_time();
     let dir = temp_dir("refuse");
     let bundle = write_bundle(&dir.join("m.mlxb"), MODULES);
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
@@ -128,6 +140,7 @@ fn a_bundle_for_another_gpu_is_refused_naming_both() {
 
 #[test]
 fn without_kernels_mlx_compiles_or_the_cpu_runs_when_asked() {
+    let _serial = one_installer_at_a_time();
     let dir = temp_dir("fallback");
     let bundle = write_bundle(&dir.join("m.mlxb"), &[]);
     let jit = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Jit };
@@ -141,6 +154,7 @@ fn without_kernels_mlx_compiles_or_the_cpu_runs_when_asked() {
 
 #[test]
 fn a_key_that_is_not_a_cache_file_name_writes_nothing() {
+    let _serial = one_installer_at_a_time();
     let dir = temp_dir("keys");
     for key in ["../escape.ptx", "sub/dir.ptx", "module.cu"] {
         let bundle = write_bundle(
