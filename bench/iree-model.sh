@@ -26,6 +26,7 @@ bench=$deps/iree/iree/_runtime_libs/iree-benchmark-module
 [ -f "$gguf" ] || { echo "iree-model.sh: $gguf is missing: run make setup" >&2; exit 2; }
 [ "$context" -ge 512 ] || { echo "iree-model.sh: CONTEXT must be at least 512 (the prefill_512 chunk)" >&2; exit 2; }
 work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 [ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT INT TERM
 
 cargo build -q --release -p mlxcel-cli -p mlxcel-compiler --bins
@@ -73,6 +74,41 @@ echo "== IREE, $threads threads: prefill_512 (one 512-token chunk)"
 run --function=prefill_512 --input=1x512xi32=1 --input=i32=0 --input=i32=511
 echo "== IREE, $threads threads: decode_1 (one token at position 512)"
 run --function=decode_1 --input=1x1xi32=1 --input=1xi32=512
+echo "== IREE, where one decode_1 call's time goes (host-execution profile, $threads threads)"
+"$deps/iree/iree/_runtime_libs/iree-run-module" --device=local-task --task_topology_max_group_count="$threads" \
+  --module="$work/model.vmfb" --parameters=model="$work/params.safetensors" \
+  --function=decode_1 --input=1x1xi32=1 --input=1xi32=512 "${caches[@]}" \
+  --device_profiling_mode=host-execution --device_profiling_output="$work/decode.ireeprof" \
+  >/dev/null 2>"$work/profile.err" || { cat "$work/profile.err" >&2; exit 1; }
+"$deps/iree/iree/_runtime_libs/iree-profile" statistics "$work/decode.ireeprof" > "$work/profile.txt"
+"$deps/venv/bin/python" - "$work/profile.txt" <<'PY'
+import re, sys
+unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+groups, dealloc = {}, 0.0
+def kind(name):
+    if "batch_matmul" in name or "softmax" in name:
+        return "attention (scores, softmax, values)"
+    if "matvec" in name or "matmul" in name:
+        return "products on dequantized f32 weights"
+    if re.search(r"_i32xi32xf32$", name):
+        return "unpacking codes to f32"
+    if re.search(r"_f32xf(16|32)xf(16|32)xf32$", name):
+        return "scales and biases applied"
+    return "the rest (norms, RoPE, copies, ...)"
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*host_execute (\S+)\s+count=(\d+) total=([\d.]+) (ns|us|ms|s)\b", line)
+    if m:
+        k = kind(m.group(1))
+        groups[k] = groups.get(k, 0.0) + float(m.group(3)) * unit[m.group(4)]
+    m = re.match(r"\s*host_execute_queue .* dealloca .*total=([\d.]+) (ns|us|ms|s)\b", line)
+    if m:
+        dealloc += float(m.group(1)) * unit[m.group(2)]
+total = sum(groups.values())
+for k, ms in sorted(groups.items(), key=lambda kv: -kv[1]):
+    print(f"  {k:40s} {ms:8.1f} ms  {100 * ms / total:4.0f}%")
+print(f"  {'dispatches in all':40s} {total:8.1f} ms")
+print(f"  {'freeing the call transients':40s} {dealloc:8.1f} ms")
+PY
 for b in iree rows16; do
   echo "== mlxcel on MLX, $threads threads, the $b bundle"
   "$bin/mlxcel" bench "$work/$b.mlxb" -p 512 -n 128 -r "$reps" -t "$threads"
