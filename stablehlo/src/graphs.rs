@@ -162,7 +162,8 @@ fn trace_one(
         &[rows, dim(config.num_key_value_heads, "num_key_value_heads")?, capacity, dim(config.head_dim, "head_dim")?],
         ElementType::F32,
     );
-    let mut args = inputs.clone();
+    let first_cache = inputs.len();
+    let mut args = inputs;
     for i in 0..config.num_hidden_layers {
         args.push((format!("keys_{i}"), cache.clone()));
         args.push((format!("values_{i}"), cache.clone()));
@@ -178,7 +179,6 @@ fn trace_one(
         }
         model
     };
-    let first_cache = inputs.len();
     let caches = model
         .layers()
         .iter()

@@ -300,21 +300,22 @@ impl std::str::FromStr for BuildTarget {
 
 /// What --target iree-*, --iree-context and --iree-compile ask for.
 fn iree_options(args: &Args) -> Result<Option<IreeOptions>> {
-    let mut targets: Vec<IreeTarget> = args
-        .targets
-        .iter()
-        .filter_map(|t| match t {
-            BuildTarget::Iree(t) => Some(t.clone()),
-            BuildTarget::Cuda(_) => None,
-        })
-        .collect();
+    // Each target once, in the order given (a repeated one would be a
+    // second section under the same kind, key and target).
+    let mut targets: Vec<IreeTarget> = Vec::new();
+    for t in &args.targets {
+        if let BuildTarget::Iree(t) = t
+            && !targets.contains(t)
+        {
+            targets.push(t.clone());
+        }
+    }
     if targets.is_empty() {
         if args.iree_context.is_some() {
             bail!("--iree-context needs a --target iree-*");
         }
         return Ok(None);
     }
-    targets.dedup();
     let compiler = match (&args.iree_compile, std::env::var_os("MLXCEL_DEPS_DIR")) {
         (Some(p), _) => p.clone(),
         (None, Some(deps)) => IreeCompiler::in_deps(Path::new(&deps)),
