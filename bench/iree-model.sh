@@ -7,13 +7,16 @@
 #   THREADS=2 CONTEXT=1024 REPS=5 bash bench/iree-model.sh
 #   WORK=/tmp/w bash bench/iree-model.sh   # keeps the bundles, parameters and vmfb there
 #
-# Until the runtime's IREE backend exists, the module is run by
-# iree-benchmark-module: its weights are the bundle's tensors, written as a
-# safetensors parameter file (byte for byte, from `mlxcel inspect --json`'s
-# offsets), its KV caches zeroed arguments of CONTEXT positions. Rates:
-# pp512 = 512 / the time of one `prefill_512` call, tg = 1 / the time of one
-# `decode_1` call (each decode step attends over all CONTEXT positions; the
-# MLX figure's tg128 over the 512..640 it has).
+# The module runs twice: under iree-benchmark-module (its weights the
+# bundle's tensors written out as a safetensors parameter file, byte for
+# byte from `mlxcel inspect --json`'s offsets, its KV caches zeroed
+# arguments of CONTEXT positions; pp512 = 512 / the time of one
+# `prefill_512` call, tg = 1 / the time of one `decode_1` call), with IREE's
+# per-dispatch profile; and under `mlxcel bench --backend iree` (the
+# runtime's IREE backend, a build with the `iree` feature in target/iree:
+# the parameters imported from the bundle's map). Each IREE decode step
+# attends over all CONTEXT positions; MLX's tg128 over the 512..640 it has.
+# Time to ready: `mlxcel run -v`'s "ready in" line on each backend.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps=${MLXCEL_DEPS_DIR:-$root/.deps}
@@ -31,6 +34,9 @@ mkdir -p "$work"
 
 cargo build -q --release -p mlxcel-cli -p mlxcel-compiler --bins
 bin=$root/target/release
+CARGO_TARGET_DIR=$root/target/iree bash "$root/scripts/iree-env.sh" \
+  cargo build -q --release -p mlxcel-cli --bins --features mlxcel-cli/iree
+ireebin=$root/target/iree/release
 echo "== compiling $(basename "$gguf") with --target iree-llvm-cpu --iree-context $context"
 /usr/bin/time -f "mlxcel-compile: %e s, peak RSS %M KB" env MLXCEL_DEPS_DIR="$deps" \
   "$bin/mlxcel-compile" "$gguf" -o "$work/iree.mlxb" --target iree-llvm-cpu --iree-context "$context" --quiet
@@ -112,4 +118,13 @@ PY
 for b in iree rows16; do
   echo "== mlxcel on MLX, $threads threads, the $b bundle"
   "$bin/mlxcel" bench "$work/$b.mlxb" -p 512 -n 128 -r "$reps" -t "$threads"
+done
+echo "== mlxcel --backend iree (the runtime's IREE backend, local-task), the iree bundle"
+"$ireebin/mlxcel" bench "$work/iree.mlxb" -p 512 -n 128 -r "$reps" --backend iree
+echo "== time to ready (mlxcel run -v, median of 5)"
+for b in mlx iree; do
+  for _ in 1 2 3 4 5; do
+    "$ireebin/mlxcel" -t "$threads" run "$work/iree.mlxb" -p Hi -n 1 -v --backend "$b" 2>&1 >/dev/null |
+      sed -n 's/.*ready in \([0-9.]*\) ms.*/\1/p'
+  done | sort -n | sed -n 3p | xargs printf "  %s: ready in %s ms\n" "$b"
 done

@@ -112,4 +112,90 @@ fn main() {
         println!("cargo::rustc-link-arg={arg}");
     }
     println!("cargo::metadata=link_args={link_args}");
+
+    #[cfg(feature = "iree")]
+    iree::build(&manifest_dir);
+}
+
+/// The `iree` feature: iree/session.c and the parts of IREE's runtime it
+/// needs that eerie-sys's library leaves out (the parameter index, its
+/// provider and the io_parameters VM module), compiled from eerie-sys's own
+/// copy of IREE's sources so that they match the library they link with.
+#[cfg(feature = "iree")]
+mod iree {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// IREE runtime sources (relative to `iree/runtime/src/iree` of
+    /// eerie-sys) missing from its library.
+    const MISSING_SOURCES: [&str; 6] = [
+        "io/parameter_index.c",
+        "io/parameter_index_provider.c",
+        "io/parameter_provider.c",
+        "io/scope_map.c",
+        "modules/io/parameters/module.c",
+        "hal/utils/file_cache.c",
+    ];
+
+    pub fn build(manifest_dir: &Path) {
+        println!("cargo::rerun-if-changed=iree");
+        let Some(eerie) = eerie_sys_dir(manifest_dir) else { return };
+        let src = eerie.join("iree/runtime/src");
+        cc::Build::new()
+            .file("iree/session.c")
+            .files(MISSING_SOURCES.iter().map(|f| src.join("iree").join(f)))
+            .include(&src)
+            .include(eerie.join("iree/third_party/flatcc/include"))
+            // What IREE's own CMake build compiles its runtime with.
+            .std("gnu11")
+            .define("IREE_ALLOCATOR_SYSTEM_CTL", "iree_allocator_libc_ctl")
+            .define("IREE_THREADING_ENABLE", "1")
+            .define("NDEBUG", None)
+            .flag("-fvisibility=hidden")
+            // IREE's headers are not -Wextra clean; session.c is checked by -Wall.
+            .warnings(false)
+            .flag("-Wall")
+            .flag("-Wno-sign-compare")
+            .flag("-Wno-unused-function")
+            .opt_level(2)
+            .compile("mlxcel_iree_session");
+    }
+
+    /// The folder of the eerie-sys package this build resolved (its
+    /// vendored IREE), found through `cargo metadata`: a build script has no
+    /// other way to a dependency's sources, and eerie-sys exports no `links`
+    /// metadata.
+    fn eerie_sys_dir(manifest_dir: &Path) -> Option<PathBuf> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Offline, this platform's packages only (all are downloaded by now),
+        // with the feature that pulls eerie-sys in.
+        let target = std::env::var("TARGET").unwrap_or_default();
+        let out = Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--offline", "--features", "mlxcel-mlx/iree"])
+            .args(["--filter-platform", &target, "--manifest-path"])
+            .arg(manifest_dir.join("Cargo.toml"))
+            .output();
+        let fail = |why: String| {
+            println!("cargo::error=the iree feature: finding eerie-sys's IREE sources with `cargo metadata`: {why}");
+            None
+        };
+        let out = match out {
+            Ok(o) if o.status.success() => o.stdout,
+            Ok(o) => return fail(String::from_utf8_lossy(&o.stderr).into_owned()),
+            Err(e) => return fail(e.to_string()),
+        };
+        let meta: serde_json::Value = match serde_json::from_slice(&out) {
+            Ok(v) => v,
+            Err(e) => return fail(e.to_string()),
+        };
+        let manifest =
+            meta["packages"].as_array().into_iter().flatten().find_map(|p| {
+                (p["name"] == "eerie-sys").then(|| p["manifest_path"].as_str().map(PathBuf::from)).flatten()
+            });
+        match manifest.as_deref().and_then(Path::parent) {
+            Some(dir) if dir.join("iree/runtime/src/iree/io/parameter_index.c").is_file() => Some(dir.to_path_buf()),
+            Some(dir) => fail(format!("{} holds no IREE runtime sources", dir.display())),
+            None => fail("no eerie-sys package in the metadata".into()),
+        }
+    }
 }

@@ -13,6 +13,8 @@
 #   - actionlint (deps/tools.txt), for `make actionlint`, in .deps/actionlint;
 #   - IREE's compiler and runtime tools (deps/iree.txt: iree-compile,
 #     iree-run-module), for the StableHLO emitter and its tests, in .deps/iree;
+#   - what the `iree` cargo feature's build needs (deps/iree-build.txt: CMake
+#     >= 3.26 and libclang, for eerie-sys) in .deps/iree-build;
 #   - with MLXCEL_SETUP_CUDA=1 (`make setup-cuda`), MLX's CUDA wheel
 #     (deps/mlx-cuda-13.txt) in .deps/mlx-cuda-13, and NVRTC with the CUDA
 #     runtime's headers (deps/nvrtc-13.txt) in .deps/nvrtc-13.
@@ -256,6 +258,20 @@ if ! stamp_ok iree "$iree_lock" || [ ! -x "$iree_root/iree/compiler/_mlir_libs/i
   rm -rf "$iree_root"
   mv "$iree_root.partial" "$iree_root"
   stamp_write iree "$iree_lock"
+fi
+
+# ------------------------------------------------------------------ IREE build
+# CMake >= 3.26 and libclang for eerie-sys, which compiles IREE's runtime for
+# the `iree` cargo feature (scripts/iree-env.sh points its build at them).
+iree_build_lock=$root/deps/iree-build.txt
+iree_build_root=$deps/iree-build
+if ! stamp_ok iree-build "$iree_build_lock" || [ ! -x "$iree_build_root/cmake/data/bin/cmake" ] \
+  || [ ! -f "$iree_build_root/clang/native/libclang.so" ]; then
+  say "installing CMake and libclang for the iree feature's build (deps/iree-build.txt) into $iree_build_root"
+  pip_target "$iree_build_lock" "$iree_build_root.partial"
+  rm -rf "$iree_build_root"
+  mv "$iree_build_root.partial" "$iree_build_root"
+  stamp_write iree-build "$iree_build_lock"
 fi
 
 say "ready: MLX_DIR=$mlx_root/mlx, models in $models, reference Python in $venv, cargo tools in $cargo_root/bin, actionlint in $actionlint_root/bin, IREE tools in $iree_root"

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use mlxcel_runtime::backend::{Backend, MlxOptions, SeqId};
-use mlxcel_runtime::loader::{LoadOptions, load};
+use mlxcel_runtime::backend::{MlxOptions, SeqId};
+use mlxcel_runtime::loader::{BackendKind, LoadOptions, load_backend};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -56,6 +56,8 @@ pub struct BenchArgs {
     pub json: bool,
     #[command(flatten)]
     pub gpu: mlxcel_cli::process::GpuKernelFlags,
+    #[command(flatten)]
+    pub engine: mlxcel_cli::process::BackendFlags,
 }
 
 /// Tokens per second of each repetition of one test.
@@ -87,8 +89,11 @@ pub fn bench(out: &Stdout, args: BenchArgs) -> Result<()> {
         compute_dtype: Some(args.dtype),
         backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None },
         gpu_kernels: args.gpu.options(),
+        backend_kind: args.engine.backend,
+        iree: args.engine.iree_options(),
     };
-    let mut model = load(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
+    let mut model =
+        load_backend(&args.bundle, &options).with_context(|| format!("loading {}", args.bundle.display()))?;
     let backend = &mut model.backend;
     let context = backend.context_length();
     if args.n_prompt >= context || args.n_gen >= context {
@@ -142,7 +147,10 @@ pub fn bench(out: &Stdout, args: BenchArgs) -> Result<()> {
 
     let name = if model.name.is_empty() { model.architecture.clone() } else { model.name.clone() };
     let size_mib = model.weight_bytes as f64 / (1 << 20) as f64;
-    let device = mlxcel_mlx::device::default_device().to_string();
+    let device = match args.engine.backend {
+        BackendKind::Iree => format!("iree {}", args.engine.iree_driver),
+        BackendKind::Mlx => mlxcel_mlx::device::default_device().to_string(),
+    };
     let threads = mlxcel_mlx::fast::threads();
     if args.json {
         let rows: Vec<_> = samples

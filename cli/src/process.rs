@@ -11,6 +11,8 @@ use mlxcel_mlx::device::DeviceRequest;
 use mlxcel_mlx::fast::Isa;
 use mlxcel_mlx::settings::Settings;
 use mlxcel_runtime::gpu_kernels::{GpuKernelOptions, MissingGpuKernels};
+use mlxcel_runtime::iree_backend::IreeOptions;
+use mlxcel_runtime::loader::BackendKind;
 
 /// Parses `--device`: cpu, gpu or auto.
 pub fn parse_device(value: &str) -> std::result::Result<DeviceRequest, String> {
@@ -73,6 +75,45 @@ impl GpuKernelFlags {
                 .map(|cache| cache.join("mlxcel").join("gpu-kernels"))
         });
         GpuKernelOptions { cache_root, missing: self.gpu_kernels }
+    }
+}
+
+/// The backend flags of `mlxcel run`, `mlxcel bench` and `mlxcel-server`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BackendFlags {
+    /// What runs the model: mlx, MLX with mlxcel's kernels (CPU, or the GPU
+    /// of a CUDA build); or iree, the bundle's own IREE module (compiled in by
+    /// `mlxcel-compile --target iree-llvm-cpu`) on IREE's runtime, on the CPU
+    /// (a build with the `iree` feature). With iree the context is the
+    /// module's cache capacity (`mlxcel inspect` shows it).
+    #[arg(long, value_name = "mlx|iree", env = "MLXCEL_BACKEND", default_value = "mlx", value_parser = parse_backend)]
+    pub backend: BackendKind,
+    /// IREE's device with --backend iree: local-task, its thread pool (a
+    /// worker per core), or local-sync, the engine thread alone.
+    #[arg(long, value_name = "local-task|local-sync", env = "MLXCEL_IREE_DRIVER", default_value = "local-task",
+          value_parser = parse_iree_driver)]
+    pub iree_driver: String,
+}
+
+impl BackendFlags {
+    /// The runtime's options for these flags.
+    pub fn iree_options(&self) -> IreeOptions {
+        IreeOptions { driver: self.iree_driver.clone() }
+    }
+}
+
+fn parse_backend(value: &str) -> std::result::Result<BackendKind, String> {
+    match value {
+        "mlx" => Ok(BackendKind::Mlx),
+        "iree" => Ok(BackendKind::Iree),
+        _ => Err(format!("{value:?} is not a backend: use mlx or iree")),
+    }
+}
+
+fn parse_iree_driver(value: &str) -> std::result::Result<String, String> {
+    match value {
+        "local-task" | "local-sync" => Ok(value.to_string()),
+        _ => Err(format!("{value:?} is not an IREE CPU driver: use local-task or local-sync")),
     }
 }
 

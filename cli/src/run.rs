@@ -11,7 +11,7 @@ use mlxcel_runtime::chat::Message;
 use mlxcel_runtime::constraint::Grammar;
 use mlxcel_runtime::engine::{Canceller, Engine, EngineOptions, Event, Generating, ModelInfo, Request};
 use mlxcel_runtime::generate::{FinishReason, Generation, GenerationOptions};
-use mlxcel_runtime::loader::LoadOptions;
+use mlxcel_runtime::loader::{BackendKind, LoadOptions};
 use mlxcel_runtime::sampler::{Param, SamplingParams};
 
 use crate::check_bundle_path;
@@ -98,6 +98,8 @@ pub struct RunArgs {
     pub verbose: bool,
     #[command(flatten)]
     pub gpu: GpuKernelFlags,
+    #[command(flatten)]
+    pub engine: mlxcel_cli::process::BackendFlags,
 }
 
 impl RunArgs {
@@ -176,6 +178,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             compute_dtype: Some(args.dtype),
             backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: args.max_kv_size },
             gpu_kernels: args.gpu.options(),
+            backend_kind: args.engine.backend,
+            iree: args.engine.iree_options(),
         },
         // One conversation: one sequence at a time.
         max_batch: 1,
@@ -194,7 +198,10 @@ pub fn run(args: RunArgs) -> Result<()> {
             model.architecture,
             model.weight_bytes as f64 / 1e6,
             model.load_time.as_secs_f64() * 1e3,
-            mlxcel_mlx::device::default_device()
+            match args.engine.backend {
+                BackendKind::Iree => format!("IREE ({})", args.engine.iree_driver),
+                BackendKind::Mlx => mlxcel_mlx::device::default_device().to_string(),
+            }
         );
         if let Some(kernels) = &model.gpu_kernels {
             note!("[mlxcel] GPU kernels: {kernels}");

@@ -131,3 +131,41 @@ pub fn set_jit_cache_dir(dir: &std::path::Path) -> Result<()> {
 pub fn synchronize() -> Result<()> {
     bridge::synchronize().map_err(|e| Error::mlx("synchronize", e))
 }
+
+/// The instruction-set extensions of this CPU that compiled CPU code may
+/// require, by LLVM's names (x86-64; empty elsewhere): what `mlxcel-compile`
+/// records for a module compiled for its own CPU (`llvm-cpu:TRIPLE:host`)
+/// and what the runtime checks before running one.
+pub fn cpu_features() -> Vec<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut found = Vec::new();
+        macro_rules! check {
+            ($($f:tt),*) => {$(
+                if std::arch::is_x86_feature_detected!($f) {
+                    found.push($f);
+                }
+            )*};
+        }
+        check!(
+            "sse4.2",
+            "avx",
+            "avx2",
+            "fma",
+            "f16c",
+            "bmi2",
+            "avx512f",
+            "avx512bw",
+            "avx512dq",
+            "avx512vl",
+            "avx512vnni",
+            "avx512bf16",
+            "avx512fp16"
+        );
+        found
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Vec::new()
+    }
+}

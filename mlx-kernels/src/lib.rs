@@ -22,6 +22,8 @@ mod dtype;
 mod error;
 pub mod fast;
 mod ffi;
+#[cfg(feature = "iree")]
+pub mod iree;
 pub mod layers;
 pub mod memory;
 pub mod nvrtc;

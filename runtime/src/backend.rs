@@ -97,6 +97,15 @@ pub trait Backend {
     fn vocab_size(&self) -> usize;
     /// The most tokens a sequence may hold.
     fn context_length(&self) -> usize;
+    /// Whether `seq` can be cut back to its first `len` positions
+    /// ([`Backend::truncate`]).
+    fn can_truncate(&self, seq: SeqId, len: usize) -> Result<bool>;
+    /// Cuts `seq` back to its first `len` positions, so that it continues
+    /// from there (reusing a finished sequence's prefix for a new prompt);
+    /// refused, nothing changed, when it cannot be.
+    fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()>;
+    /// Bytes held by a sequence's KV cache.
+    fn cache_bytes(&self, seq: SeqId) -> Result<usize>;
 }
 
 /// Defaults of [`MlxBackend`].
@@ -393,21 +402,15 @@ impl Backend for MlxBackend {
     fn context_length(&self) -> usize {
         self.model.context_length()
     }
-}
 
-impl MlxBackend {
-    /// Whether `seq`'s caches can all be cut back to their first `len`
-    /// positions ([`MlxBackend::truncate`]).
-    pub fn can_truncate(&self, seq: SeqId, len: usize) -> Result<bool> {
+    /// All of `seq`'s caches can be cut back ([`KvCache::can_truncate`]:
+    /// not a sliding ring that has wrapped).
+    fn can_truncate(&self, seq: SeqId, len: usize) -> Result<bool> {
         let caches = self.sequences.get(&seq).ok_or(Error::UnknownSequence(seq))?;
         Ok(caches.iter().all(|c| c.can_truncate(len)))
     }
 
-    /// Cuts `seq` back to its first `len` positions, so that it continues
-    /// from there (reusing a finished sequence's prefix for a new prompt).
-    /// Refused, nothing changed, when a layer's cache cannot
-    /// ([`KvCache::can_truncate`]: a sliding ring that has wrapped).
-    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()> {
+    fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()> {
         if !self.can_truncate(seq, len)? {
             return Err(Error::InvalidParameter {
                 name: "truncate",
@@ -420,8 +423,7 @@ impl MlxBackend {
         Ok(())
     }
 
-    /// Bytes held by a sequence's KV cache.
-    pub fn cache_bytes(&self, seq: SeqId) -> Result<usize> {
+    fn cache_bytes(&self, seq: SeqId) -> Result<usize> {
         Ok(self.sequences.get(&seq).ok_or(Error::UnknownSequence(seq))?.iter().map(KvCache::nbytes).sum())
     }
 }

@@ -114,6 +114,9 @@ pub enum Error {
     /// The engine thread is gone (its model failed to load, or it stopped).
     #[error("the engine has stopped")]
     EngineStopped,
+    /// The IREE runtime failed (its own message).
+    #[error("IREE: {0}")]
+    Iree(String),
     /// A sequence id the backend does not know.
     #[error("unknown sequence {0}")]
     UnknownSequence(u64),

@@ -16,6 +16,8 @@
 //! - [`engine`]: the model on a thread of its own behind a `Send + Sync`
 //!   handle, batching requests continuously (what `mlxcel run` and the
 //!   server drive);
+//! - [`iree_backend`]: the second backend, the bundle's IREE module run by
+//!   IREE's runtime (feature `iree`);
 //! - [`gpu_kernels`]: MLX's CUDA kernels compiled ahead of time into the
 //!   bundle, installed before the first GPU step.
 
@@ -27,6 +29,7 @@ pub mod engine;
 mod error;
 pub mod generate;
 pub mod gpu_kernels;
+pub mod iree_backend;
 pub mod kv_cache;
 pub mod loader;
 pub mod models;

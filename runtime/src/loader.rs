@@ -10,10 +10,11 @@ use mlxcel_bundle::{Bundle, Dtype as BundleDtype, LAYOUT_ROW_MAJOR, LAYOUT_ROWS1
 use mlxcel_mlx::{Array, Dtype, QuantMode, WeightLayout};
 use serde_json::Value;
 
-use crate::backend::{MlxBackend, MlxOptions};
+use crate::backend::{Backend, MlxBackend, MlxOptions};
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gpu_kernels::{self, GpuKernelOptions, GpuTarget};
+use crate::iree_backend::IreeOptions;
 use crate::models;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{QuantSpec, Weights};
@@ -29,6 +30,31 @@ pub struct LoadOptions {
     /// Where the bundle's precompiled GPU kernels go, and what to do
     /// without them (only on a CUDA GPU).
     pub gpu_kernels: GpuKernelOptions,
+    /// Which backend runs the model ([`load_backend`]; [`load`] is MLX's).
+    pub backend_kind: BackendKind,
+    /// IREE backend settings.
+    pub iree: IreeOptions,
+}
+
+/// Which backend runs a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    /// MLX (CPU, CUDA): the reference backend.
+    #[default]
+    Mlx,
+    /// The bundle's IREE module on IREE's runtime (a build with the `iree`
+    /// feature; a bundle compiled with `--target iree-llvm-cpu`).
+    Iree,
+}
+
+impl BackendKind {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Mlx => "mlx",
+            BackendKind::Iree => "iree",
+        }
+    }
 }
 
 /// Sampling and stopping defaults the model ships with (Hugging Face
@@ -109,10 +135,11 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// A model ready to generate.
-pub struct LoadedModel {
-    /// The MLX backend holding the model.
-    pub backend: MlxBackend,
+/// A model ready to generate: its backend ([`MlxBackend`] from [`load`],
+/// any from [`load_backend`]) and what generation needs beside it.
+pub struct LoadedModel<B = MlxBackend> {
+    /// The backend holding the model.
+    pub backend: B,
     /// The tokenizer.
     pub tokenizer: Tokenizer,
     /// The chat template, if the bundle has one.
@@ -244,8 +271,63 @@ fn rows16_groups(bundle: &Bundle) -> Result<std::collections::HashSet<String>> {
     Ok(names)
 }
 
-/// Opens the bundle at `path` and builds everything generation needs.
+/// Opens the bundle at `path` and builds everything generation needs, on
+/// the backend `options.backend_kind` names.
+pub fn load_backend(path: &Path, options: &LoadOptions) -> Result<LoadedModel<Box<dyn Backend>>> {
+    match options.backend_kind {
+        BackendKind::Mlx => Ok(load(path, options)?.map_backend(|b| Box::new(b) as Box<dyn Backend>)),
+        BackendKind::Iree => load_iree(path, options),
+    }
+}
+
+#[cfg(feature = "iree")]
+fn load_iree(path: &Path, options: &LoadOptions) -> Result<LoadedModel<Box<dyn Backend>>> {
+    let start = Instant::now();
+    let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
+    // The MLX model is only described (its weights checked, none computed):
+    // what runs is the bundle's module.
+    let parts = build_parts(&bundle, Dtype::F32, true)?;
+    let backend = crate::iree_backend::IreeBackend::new(&bundle, &parts.config, &options.iree)?;
+    // The MLX model was only described: dropped.
+    parts.into_loaded(&bundle, None, start, |_| Ok(Box::new(backend) as Box<dyn Backend>))
+}
+
+#[cfg(not(feature = "iree"))]
+fn load_iree(_: &Path, _: &LoadOptions) -> Result<LoadedModel<Box<dyn Backend>>> {
+    Err(Error::Config(
+        "this build has no IREE backend: build with `--features iree` (through scripts/iree-env.sh; \
+         docs/stablehlo.md)"
+            .into(),
+    ))
+}
+
+impl<B> LoadedModel<B> {
+    /// The same model with its backend passed through `f`.
+    pub fn map_backend<C>(self, f: impl FnOnce(B) -> C) -> LoadedModel<C> {
+        LoadedModel {
+            backend: f(self.backend),
+            tokenizer: self.tokenizer,
+            chat_template: self.chat_template,
+            defaults: self.defaults,
+            name: self.name,
+            config: self.config,
+            architecture: self.architecture,
+            weight_bytes: self.weight_bytes,
+            gpu_kernels: self.gpu_kernels,
+            load_time: self.load_time,
+        }
+    }
+}
+
+/// Opens the bundle at `path` and builds everything generation needs, on
+/// MLX (`options.backend_kind` must be [`BackendKind::Mlx`]).
 pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
+    if options.backend_kind != BackendKind::Mlx {
+        return Err(Error::Config(format!(
+            "load builds the MLX backend, not {}: use load_backend",
+            options.backend_kind.name()
+        )));
+    }
     let start = Instant::now();
     let bundle = Bundle::open(path).map_err(|e| Error::Bundle(e.to_string()))?;
     // Before anything runs on the GPU: MLX reads its kernel cache setting once.
@@ -258,19 +340,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedModel> {
         .transpose()?;
     let compute = options.compute_dtype.unwrap_or_else(default_compute_dtype);
     let parts = build_parts(&bundle, compute, false)?;
-    let backend = MlxBackend::new(parts.model, options.backend.clone())?;
-    Ok(LoadedModel {
-        backend,
-        tokenizer: parts.tokenizer,
-        chat_template: parts.chat_template,
-        defaults: parts.defaults,
-        name: bundle.model_name().to_string(),
-        config: parts.config,
-        architecture: parts.architecture,
-        weight_bytes: parts.weight_bytes,
-        gpu_kernels,
-        load_time: start.elapsed(),
-    })
+    parts.into_loaded(&bundle, gpu_kernels, start, |model| MlxBackend::new(model, options.backend.clone()))
 }
 
 /// Everything [`load`] builds from a bundle but the backend: what
@@ -284,6 +354,30 @@ pub(crate) struct Parts {
     pub(crate) config: ModelConfig,
     pub(crate) architecture: String,
     pub(crate) weight_bytes: u64,
+}
+
+impl Parts {
+    /// The loaded model, its backend made from the MLX model by `backend`.
+    fn into_loaded<B>(
+        self,
+        bundle: &Bundle,
+        gpu_kernels: Option<gpu_kernels::Installed>,
+        start: Instant,
+        backend: impl FnOnce(Box<dyn models::LanguageModel>) -> Result<B>,
+    ) -> Result<LoadedModel<B>> {
+        Ok(LoadedModel {
+            backend: backend(self.model)?,
+            tokenizer: self.tokenizer,
+            chat_template: self.chat_template,
+            defaults: self.defaults,
+            name: bundle.model_name().to_string(),
+            config: self.config,
+            architecture: self.architecture,
+            weight_bytes: self.weight_bytes,
+            gpu_kernels,
+            load_time: start.elapsed(),
+        })
+    }
 }
 
 /// Builds the model, tokenizer, chat template and defaults of `bundle`, and

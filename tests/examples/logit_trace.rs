@@ -91,6 +91,7 @@ fn main() -> ExitCode {
         compute_dtype: Some(dtype),
         backend: MlxOptions { prefill_chunk, max_kv: None },
         gpu_kernels: GpuKernelOptions { cache_root: None, missing },
+        ..LoadOptions::default()
     };
     let mut model = load(&PathBuf::from(bundle), &options).unwrap_or_else(|e| panic!("{bundle}: {e}"));
     let device = format!("{:?}", mlxcel_mlx::device::default_device());

@@ -77,6 +77,7 @@ fn run(args: &[String]) -> Result<()> {
         compute_dtype: None,
         backend: Default::default(),
         gpu_kernels: GpuKernelOptions { cache_root: None, missing: MissingGpuKernels::Refuse },
+        ..LoadOptions::default()
     };
     let mut loaded = load(&PathBuf::from(bundle), &options).map_err(|e| format!("{bundle}: {e}"))?;
     let model = loaded.backend.model();

@@ -162,6 +162,8 @@ pub struct ServerArgs {
 
     #[command(flatten)]
     pub gpu: mlxcel_cli::process::GpuKernelFlags,
+    #[command(flatten)]
+    pub engine: mlxcel_cli::process::BackendFlags,
 }
 
 /// `--version`: ours and the linked MLX's.

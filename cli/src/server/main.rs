@@ -167,6 +167,8 @@ fn engine_options(args: &ServerArgs) -> EngineOptions {
             compute_dtype: Some(args.dtype),
             backend: MlxOptions { prefill_chunk: args.prefill_chunk, max_kv: None },
             gpu_kernels: args.gpu.options(),
+            backend_kind: args.engine.backend,
+            iree: args.engine.iree_options(),
         },
         max_batch: args.parallel,
         max_waiting: args.max_queue,

@@ -107,49 +107,13 @@ pub(super) fn graphs(
             .with_property(kinds::IREE_VERSION_KEY, version.clone());
         if matches!(target, Target::LlvmCpu { cpu, .. } if cpu == "host") {
             // `host` is this machine's CPU: record what the code may use.
-            spec = spec.with_property(kinds::CPU_FEATURES_KEY, host_cpu_features().join(","));
+            spec = spec.with_property(kinds::CPU_FEATURES_KEY, mlxcel_mlx::device::cpu_features().join(","));
         }
         w.add_section_bytes(spec, &vmfb)?;
         progress(Progress::Graphs(GraphEvent::Compiled { target, bytes: vmfb.len(), seconds }));
         reports.push(GraphReport { target: target.clone(), bytes: vmfb.len(), seconds });
     }
     Ok(reports)
-}
-
-/// The instruction-set extensions of this CPU that LLVM's `host` target
-/// may use and a runtime must find (x86-64; empty elsewhere).
-fn host_cpu_features() -> Vec<&'static str> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut found = Vec::new();
-        macro_rules! check {
-            ($($f:tt),*) => {$(
-                if std::arch::is_x86_feature_detected!($f) {
-                    found.push($f);
-                }
-            )*};
-        }
-        check!(
-            "sse4.2",
-            "avx",
-            "avx2",
-            "fma",
-            "f16c",
-            "bmi2",
-            "avx512f",
-            "avx512bw",
-            "avx512dq",
-            "avx512vl",
-            "avx512vnni",
-            "avx512bf16",
-            "avx512fp16"
-        );
-        found
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        Vec::new()
-    }
 }
 
 /// The written tensors as the tracer sees them: quantized matrices as their

@@ -70,12 +70,11 @@ use std::time::Duration;
 
 use mlxcel_arch::ModelConfig;
 
-use crate::backend::Backend;
 use crate::chat::{ChatTemplate, Message};
 use crate::constraint::{Constraint, ConstraintCompiler, Grammar};
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, Generation, GenerationOptions, GenerationStats, check_prompt_tokens};
-use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, default_compute_dtype, load};
+use crate::loader::{GenerationDefaults, LoadOptions, LoadedModel, default_compute_dtype, load_backend};
 use crate::tokenizer::Tokenizer;
 
 mod budget;
@@ -462,7 +461,7 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("mlxcel-engine".into())
             .spawn(move || {
-                let loaded = match load(&path, &options.load) {
+                let loaded = match load_backend(&path, &options.load) {
                     Ok(loaded) => loaded,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));

@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, Sender};
 
 use super::prefix_cache::PrefixCache;
 use super::{Command, EngineOptions, EngineStats, Event, Job, MaskTiming, ModelInfo, PrefixReuse, Request, Shared};
-use crate::backend::{Backend, MlxBackend, SeqId};
+use crate::backend::{Backend, SeqId};
 use crate::constraint::Constraint;
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, SequenceState, TextStream};
@@ -40,7 +40,7 @@ impl Running {
 
 /// The engine thread's state.
 pub(super) struct Scheduler {
-    backend: MlxBackend,
+    backend: Box<dyn Backend>,
     model: Arc<ModelInfo>,
     max_batch: usize,
     /// The most tokens a sequence may hold.
@@ -77,7 +77,7 @@ enum Admission {
 impl Scheduler {
     /// The loop over `backend`, for sequences of at most `context` tokens.
     pub fn new(
-        backend: MlxBackend,
+        backend: Box<dyn Backend>,
         model: Arc<ModelInfo>,
         context: usize,
         options: &EngineOptions,
