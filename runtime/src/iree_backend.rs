@@ -173,8 +173,9 @@ mod session {
         spare: Vec<Buffer>,
     }
 
+    /// A started sequence: its caches come with its first tokens.
     struct Sequence {
-        caches: Buffer,
+        caches: Option<Buffer>,
         position: usize,
     }
 
@@ -231,7 +232,7 @@ mod session {
 
         /// Calls `function` on `inputs` and `seq`'s caches; its logits.
         fn call<'a>(&'a self, function: &str, mut args: Vec<Arg<'a>>, seq: SeqId, rows: usize) -> Result<Vec<f32>> {
-            let caches = &self.sequence(seq)?.caches;
+            let caches = self.sequence(seq)?.caches.as_ref().ok_or(Error::UnknownSequence(seq))?;
             let each = self.cache_bytes_each();
             for i in 0..self.caches_per_sequence {
                 args.push(Arg::F32Buffer { buffer: caches, offset: i as u64 * each, dims: &self.cache_dims });
@@ -264,12 +265,13 @@ mod session {
         fn new_sequence(&mut self) -> SeqId {
             let id = self.next_id;
             self.next_id += 1;
+            self.sequences.insert(id, Sequence { caches: None, position: 0 });
             id
         }
 
         fn release_sequence(&mut self, seq: SeqId) {
-            if let Some(s) = self.sequences.remove(&seq) {
-                self.spare.push(s.caches);
+            if let Some(caches) = self.sequences.remove(&seq).and_then(|s| s.caches) {
+                self.spare.push(caches);
             }
         }
 
@@ -321,11 +323,7 @@ mod session {
         }
 
         fn position(&self, seq: SeqId) -> Result<usize> {
-            match self.sequences.get(&seq) {
-                Some(s) => Ok(s.position),
-                None if seq < self.next_id => Ok(0),
-                None => Err(Error::UnknownSequence(seq)),
-            }
+            Ok(self.sequence(seq)?.position)
         }
 
         fn vocab_size(&self) -> usize {
@@ -348,17 +346,12 @@ mod session {
                     message: format!("sequence {seq} holds {position} positions, not {len}"),
                 });
             }
-            if let Some(s) = self.sequences.get_mut(&seq) {
-                s.position = len;
-            }
+            self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))?.position = len;
             Ok(())
         }
 
         fn cache_bytes(&self, seq: SeqId) -> Result<usize> {
-            match self.sequences.get(&seq) {
-                Some(s) => Ok(s.caches.len() as usize),
-                None => self.position(seq).map(|_| 0),
-            }
+            Ok(self.sequence(seq)?.caches.as_ref().map_or(0, |c| c.len() as usize))
         }
     }
 
@@ -366,11 +359,8 @@ mod session {
         /// Gives `seq` its caches on first use (a spare one, or new zeros:
         /// never uninitialised memory, whose NaNs the mask would not hide).
         fn ensure_caches(&mut self, seq: SeqId) -> Result<()> {
-            if self.sequences.contains_key(&seq) {
+            if self.sequence(seq)?.caches.is_some() {
                 return Ok(());
-            }
-            if seq >= self.next_id {
-                return Err(Error::UnknownSequence(seq));
             }
             let caches = match self.spare.pop() {
                 Some(b) => b,
@@ -379,7 +369,7 @@ mod session {
                     self.session.zeros(bytes).map_err(iree)?
                 }
             };
-            self.sequences.insert(seq, Sequence { caches, position: 0 });
+            self.sequences.get_mut(&seq).ok_or(Error::UnknownSequence(seq))?.caches = Some(caches);
             Ok(())
         }
     }
