@@ -94,6 +94,17 @@ pub mod kinds {
     /// machine's CPU (`llvm-cpu:TRIPLE:host`): the x86-64 extensions it had
     /// (`avx2,fma,...`), which the running CPU must have too.
     pub const CPU_FEATURES_KEY: &str = "cpu_features";
+    /// The LLVM target triple of the machine this runs on, as an
+    /// [`IREE_VMFB`] section's `llvm-cpu:TRIPLE:CPU` target names it: what
+    /// the compiler records for `--target iree-llvm-cpu` and what a runtime
+    /// looks for.
+    pub fn host_llvm_triple() -> String {
+        match (std::env::consts::ARCH, std::env::consts::OS) {
+            (arch, "linux") => format!("{arch}-unknown-linux-gnu"),
+            (arch, "macos") => format!("{arch}-apple-darwin"),
+            (arch, os) => format!("{arch}-unknown-{os}"),
+        }
+    }
     /// Precompiled GPU kernels; target = device arch, property
     /// [`KERNEL_SET_KEY`] names the kernel set, which defines the key.
     pub const KERNELS: &str = "kernels";

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use mlxcel_runtime::backend::{MlxOptions, SeqId};
-use mlxcel_runtime::loader::{BackendKind, LoadOptions, load_backend};
+use mlxcel_runtime::loader::{LoadOptions, load_backend};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -147,11 +147,8 @@ pub fn bench(out: &Stdout, args: BenchArgs) -> Result<()> {
 
     let name = if model.name.is_empty() { model.architecture.clone() } else { model.name.clone() };
     let size_mib = model.weight_bytes as f64 / (1 << 20) as f64;
-    let device = match args.engine.backend {
-        BackendKind::Iree => format!("iree {}", args.engine.iree_driver),
-        BackendKind::Mlx => mlxcel_mlx::device::default_device().to_string(),
-    };
-    let threads = mlxcel_mlx::fast::threads();
+    let device = args.engine.device_label();
+    let threads = args.engine.threads();
     if args.json {
         let rows: Vec<_> = samples
             .iter()

@@ -88,17 +88,38 @@ pub struct BackendFlags {
     /// module's cache capacity (`mlxcel inspect` shows it).
     #[arg(long, value_name = "mlx|iree", env = "MLXCEL_BACKEND", default_value = "mlx", value_parser = parse_backend)]
     pub backend: BackendKind,
-    /// IREE's device with --backend iree: local-task, its thread pool (a
-    /// worker per core), or local-sync, the engine thread alone.
+    /// IREE's device with --backend iree: local-task, its thread pool (as
+    /// many workers as --threads), or local-sync, the engine thread alone.
     #[arg(long, value_name = "local-task|local-sync", env = "MLXCEL_IREE_DRIVER", default_value = "local-task",
           value_parser = parse_iree_driver)]
     pub iree_driver: String,
 }
 
 impl BackendFlags {
-    /// The runtime's options for these flags.
+    /// The runtime's options for these flags; IREE's pool gets the thread
+    /// count of mlxcel's kernels (`--threads`, `MLXCEL_THREADS`, else the
+    /// physical cores), so call it after [`apply_settings`].
     pub fn iree_options(&self) -> IreeOptions {
-        IreeOptions { driver: self.iree_driver.clone() }
+        IreeOptions { driver: self.iree_driver.clone(), threads: mlxcel_mlx::fast::default_threads() }
+    }
+
+    /// What runs the model, for logs and tables: `iree local-task`, or
+    /// MLX's device (`cpu`, `gpu`). Call after [`apply_settings`].
+    pub fn device_label(&self) -> String {
+        match self.backend {
+            BackendKind::Iree => format!("iree {}", self.iree_driver),
+            BackendKind::Mlx => mlxcel_mlx::device::default_device().to_string(),
+        }
+    }
+
+    /// Threads the model runs on (IREE's local-sync: the engine thread
+    /// alone). Call after [`apply_settings`].
+    pub fn threads(&self) -> usize {
+        match (self.backend, self.iree_driver.as_str()) {
+            (BackendKind::Iree, "local-sync") => 1,
+            (BackendKind::Iree, _) => mlxcel_mlx::fast::default_threads(),
+            (BackendKind::Mlx, _) => mlxcel_mlx::fast::threads(),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use mlxcel_runtime::chat::Message;
 use mlxcel_runtime::constraint::Grammar;
 use mlxcel_runtime::engine::{Canceller, Engine, EngineOptions, Event, Generating, ModelInfo, Request};
 use mlxcel_runtime::generate::{FinishReason, Generation, GenerationOptions};
-use mlxcel_runtime::loader::{BackendKind, LoadOptions};
+use mlxcel_runtime::loader::LoadOptions;
 use mlxcel_runtime::sampler::{Param, SamplingParams};
 
 use crate::check_bundle_path;
@@ -198,10 +198,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             model.architecture,
             model.weight_bytes as f64 / 1e6,
             model.load_time.as_secs_f64() * 1e3,
-            match args.engine.backend {
-                BackendKind::Iree => format!("IREE ({})", args.engine.iree_driver),
-                BackendKind::Mlx => mlxcel_mlx::device::default_device().to_string(),
-            }
+            args.engine.device_label()
         );
         if let Some(kernels) = &model.gpu_kernels {
             note!("[mlxcel] GPU kernels: {kernels}");

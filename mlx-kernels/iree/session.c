@@ -8,11 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iree/async/util/proactor_pool.h"
+#include "iree/hal/drivers/local_task/task_device.h"
+#include "iree/hal/drivers/local_task/task_driver.h"
+#include "iree/hal/local/executable_plugin_manager.h"
+#include "iree/hal/local/loaders/registration/init.h"
 #include "iree/io/file_handle.h"
 #include "iree/io/parameter_index.h"
 #include "iree/io/parameter_index_provider.h"
 #include "iree/modules/io/parameters/module.h"
 #include "iree/runtime/api.h"
+#include "iree/task/executor.h"
+#include "iree/task/topology.h"
 
 struct mlxcel_iree_session_t {
   iree_runtime_instance_t* instance;
@@ -97,7 +104,65 @@ static iree_status_t append_parameters(mlxcel_iree_session_t* s, iree_string_vie
   return status;
 }
 
-char* mlxcel_iree_session_create(const char* driver, size_t driver_len, const uint8_t* module,
+// A local-task device whose thread pool has `threads` workers. IREE's own
+// registration of local-task sizes the pool from its command-line flags
+// (one worker per physical core), which a library cannot take from its
+// caller; this builds the same driver with the count given.
+static iree_status_t create_task_device(int32_t threads, iree_hal_device_t** out_device) {
+  iree_allocator_t host = iree_allocator_system();
+  iree_task_topology_t topology;
+  iree_task_topology_initialize_from_group_count((iree_host_size_t)threads, &topology);
+  iree_task_executor_options_t executor_options;
+  iree_task_executor_options_initialize(&executor_options);
+  iree_task_executor_t* executor = NULL;
+  iree_status_t status = iree_task_executor_create(executor_options, &topology, host, &executor);
+  iree_task_topology_deinitialize(&topology);
+
+  iree_hal_executable_plugin_manager_t* plugins = NULL;
+  if (iree_status_is_ok(status)) status = iree_hal_executable_plugin_manager_create(0, host, &plugins);
+  iree_hal_executable_loader_t* loaders[8] = {NULL};
+  iree_host_size_t loader_count = 0;
+  if (iree_status_is_ok(status)) {
+    status = iree_hal_create_all_available_executable_loaders(plugins, IREE_ARRAYSIZE(loaders),
+                                                              &loader_count, loaders, host);
+  }
+  iree_hal_allocator_t* device_allocator = NULL;
+  if (iree_status_is_ok(status)) {
+    status = iree_hal_allocator_create_heap(IREE_SV("local"), host, host, &device_allocator);
+  }
+  iree_hal_driver_t* driver = NULL;
+  if (iree_status_is_ok(status)) {
+    iree_hal_task_device_params_t params;
+    iree_hal_task_device_params_initialize(&params);
+    status = iree_hal_task_driver_create(IREE_SV("local-task"), &params, 1, &executor, loader_count,
+                                         loaders, device_allocator, host, &driver);
+  }
+  // Devices need a proactor pool for their async I/O (as
+  // iree_runtime_instance_try_create_default_device makes one).
+  iree_async_proactor_pool_t* proactors = NULL;
+  if (iree_status_is_ok(status)) {
+    status = iree_async_proactor_pool_create(iree_numa_node_count(), /*node_ids=*/NULL,
+                                             iree_async_proactor_pool_options_default(), host,
+                                             &proactors);
+  }
+  if (iree_status_is_ok(status)) {
+    iree_hal_device_create_params_t create = iree_hal_device_create_params_default();
+    create.proactor_pool = proactors;
+    status = iree_hal_driver_create_default_device(driver, &create, host, out_device);
+  }
+
+  if (proactors) iree_async_proactor_pool_release(proactors);
+
+  if (driver) iree_hal_driver_release(driver);
+  if (device_allocator) iree_hal_allocator_release(device_allocator);
+  for (iree_host_size_t i = 0; i < loader_count; ++i) iree_hal_executable_loader_release(loaders[i]);
+  if (plugins) iree_hal_executable_plugin_manager_release(plugins);
+  if (executor) iree_task_executor_release(executor);
+  return status;
+}
+
+char* mlxcel_iree_session_create(const char* driver, size_t driver_len, int32_t threads,
+                                 const uint8_t* module,
                                  size_t module_len, const char* scope, size_t scope_len,
                                  const uint8_t* mapping, size_t mapping_len,
                                  const mlxcel_iree_parameter_t* params, size_t param_count,
@@ -111,10 +176,13 @@ char* mlxcel_iree_session_create(const char* driver, size_t driver_len, const ui
   iree_runtime_instance_options_use_all_available_drivers(&options);
   char* error = take_error(iree_runtime_instance_create(&options, host, &s->instance),
                            "creating the IREE instance");
-  if (!error) {
-    error = take_error(iree_runtime_instance_try_create_default_device(
-                           s->instance, iree_make_string_view(driver, driver_len), &s->device),
-                       "creating the IREE device");
+  iree_string_view_t driver_name = iree_make_string_view(driver, driver_len);
+  if (!error && threads > 0 && iree_string_view_equal(driver_name, IREE_SV("local-task"))) {
+    error = take_error(create_task_device(threads, &s->device), "creating the IREE device");
+  } else if (!error) {
+    error = take_error(
+        iree_runtime_instance_try_create_default_device(s->instance, driver_name, &s->device),
+        "creating the IREE device");
   }
   if (!error) {
     iree_runtime_session_options_t session_options;

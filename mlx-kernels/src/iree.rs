@@ -67,6 +67,7 @@ mod ffi {
         pub fn mlxcel_iree_session_create(
             driver: *const c_char,
             driver_len: usize,
+            threads: i32,
             module: *const u8,
             module_len: usize,
             scope: *const c_char,
@@ -115,6 +116,17 @@ pub struct Parameter {
     pub length: u64,
 }
 
+/// The IREE device a session runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceSpec<'a> {
+    /// The HAL driver: `local-task` (IREE's multi-threaded CPU device) or
+    /// `local-sync` (the calling thread alone).
+    pub driver: &'a str,
+    /// Worker threads of `local-task` (0: IREE's default, one per physical
+    /// core); other drivers ignore it.
+    pub threads: usize,
+}
+
 /// A session: an IREE device, the parameters, and one compiled module.
 ///
 /// Not `Send`: IREE's VM context is used from the thread that made it (the
@@ -128,11 +140,19 @@ pub struct Session {
 }
 
 impl Session {
-    /// Loads `module` (a vmfb, typically a section of `mapping`) on the HAL
-    /// driver `driver` (`local-task`: IREE's multi-threaded CPU device;
-    /// `local-sync`: one thread), its parameters of scope `scope` being
-    /// `params` of `mapping`.
-    pub fn new(driver: &str, module: Bytes, scope: &str, mapping: Bytes, params: &[Parameter]) -> Result<Session> {
+    /// Loads `module` (a vmfb, typically a section of `mapping`) on the
+    /// device `device`, its parameters of scope `scope` being `params` of
+    /// `mapping`.
+    pub fn new(
+        device: DeviceSpec<'_>,
+        module: Bytes,
+        scope: &str,
+        mapping: Bytes,
+        params: &[Parameter],
+    ) -> Result<Session> {
+        let driver = device.driver;
+        let threads = i32::try_from(device.threads)
+            .map_err(|_| IreeError(format!("{} threads are more than IREE can start", device.threads)))?;
         let map_len = mapping.len() as u64;
         if let Some(p) = params.iter().find(|p| p.offset.checked_add(p.length).is_none_or(|end| end > map_len)) {
             return Err(IreeError(format!(
@@ -158,6 +178,7 @@ impl Session {
             ffi::mlxcel_iree_session_create(
                 driver.as_ptr().cast(),
                 driver.len(),
+                threads,
                 module.as_ptr(),
                 module.len(),
                 scope.as_ptr().cast(),

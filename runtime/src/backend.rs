@@ -106,6 +106,14 @@ pub trait Backend {
     fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()>;
     /// Bytes held by a sequence's KV cache.
     fn cache_bytes(&self, seq: SeqId) -> Result<usize>;
+    /// Bytes every sequence's caches take whatever its length, for a
+    /// backend that allocates a sequence's whole capacity with its first
+    /// tokens (IREE's modules take caches of a fixed shape); `None` (the
+    /// default) when caches grow with the sequence. The engine's KV budget
+    /// reserves this much per request.
+    fn fixed_cache_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Defaults of [`MlxBackend`].

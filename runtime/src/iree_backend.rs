@@ -33,21 +33,12 @@ pub struct ModuleChoice {
     pub decode: Vec<usize>,
 }
 
-/// The LLVM target triple of this machine, as `mlxcel-compile` names it.
-pub fn host_triple() -> String {
-    match (std::env::consts::ARCH, std::env::consts::OS) {
-        (arch, "linux") => format!("{arch}-unknown-linux-gnu"),
-        (arch, "macos") => format!("{arch}-apple-darwin"),
-        (arch, os) => format!("{arch}-unknown-{os}"),
-    }
-}
-
 /// The `iree-vmfb` section of `bundle` this CPU can run: compiled for this
 /// triple and, when compiled for the compiling machine's CPU (`host`), only
 /// using extensions this CPU has. An error names the modules the bundle has
 /// and what this machine needs.
 pub fn choose_cpu_module<'a>(bundle: &'a Bundle) -> Result<(SectionView<'a>, ModuleChoice)> {
-    let triple = host_triple();
+    let triple = kinds::host_llvm_triple();
     let have = mlxcel_mlx::device::cpu_features();
     let modules: Vec<SectionView<'a>> =
         bundle.sections_of_kind(kinds::IREE_VMFB).filter(|s| s.key() == kinds::MODEL_GRAPH_KEY).collect();
@@ -128,14 +119,17 @@ pub fn next_chunk(prefill: &[usize], capacity: usize, at: usize, remaining: usiz
 /// How the IREE backend runs the module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IreeOptions {
-    /// IREE's HAL driver: `local-task` (its thread pool, one worker per
-    /// core) or `local-sync` (the calling thread only).
+    /// IREE's HAL driver: `local-task` (its thread pool) or `local-sync`
+    /// (the calling thread only).
     pub driver: String,
+    /// Workers of `local-task`'s pool (0: IREE's default, one per physical
+    /// core); `local-sync` has none.
+    pub threads: usize,
 }
 
 impl Default for IreeOptions {
     fn default() -> Self {
-        IreeOptions { driver: "local-task".into() }
+        IreeOptions { driver: "local-task".into(), threads: 0 }
     }
 }
 
@@ -148,7 +142,7 @@ mod session {
 
     use mlxcel_arch::ModelConfig;
     use mlxcel_bundle::Bundle;
-    use mlxcel_mlx::iree::{Arg, Buffer, Parameter, Session};
+    use mlxcel_mlx::iree::{Arg, Buffer, DeviceSpec, Parameter, Session};
 
     use super::{IreeOptions, ModuleChoice, choose_cpu_module, next_chunk};
     use crate::backend::{Backend, LogitRows, Logits, SeqId};
@@ -195,7 +189,8 @@ mod session {
                 .tensors()
                 .map(|t| Parameter { name: t.name().to_string(), offset: t.offset(), length: t.byte_len() })
                 .collect();
-            let session = Session::new(&options.driver, vmfb, SCOPE, mapping, &params).map_err(iree)?;
+            let device = DeviceSpec { driver: &options.driver, threads: options.threads };
+            let session = Session::new(device, vmfb, SCOPE, mapping, &params).map_err(iree)?;
             let cache_dims = [1, config.num_key_value_heads, module.capacity, config.head_dim];
             Ok(IreeBackend {
                 session,
@@ -352,6 +347,11 @@ mod session {
 
         fn cache_bytes(&self, seq: SeqId) -> Result<usize> {
             Ok(self.sequence(seq)?.caches.as_ref().map_or(0, |c| c.len() as usize))
+        }
+
+        /// Keys and values of every layer at the module's capacity, f32.
+        fn fixed_cache_bytes(&self) -> Option<u64> {
+            Some(self.caches_per_sequence as u64 * self.cache_bytes_each())
         }
     }
 

@@ -33,12 +33,7 @@ pub enum Target {
 impl Target {
     /// The LLVM CPU target of the machine this runs on.
     pub fn host_cpu() -> Target {
-        let triple = match (std::env::consts::ARCH, std::env::consts::OS) {
-            (arch, "linux") => format!("{arch}-unknown-linux-gnu"),
-            (arch, "macos") => format!("{arch}-apple-darwin"),
-            (arch, os) => format!("{arch}-unknown-{os}"),
-        };
-        Target::LlvmCpu { triple, cpu: "host".into() }
+        Target::LlvmCpu { triple: mlxcel_bundle::kinds::host_llvm_triple(), cpu: "host".into() }
     }
 
     /// The key of this target's `iree-vmfb` artifact in a bundle

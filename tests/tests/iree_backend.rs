@@ -176,3 +176,61 @@ fn run_backend_iree_and_refusals() {
     );
     assert!(err.contains("--target iree-llvm-cpu"), "{err}");
 }
+
+/// `mlxcel-server --backend iree` serves what `--backend mlx` serves: the
+/// same greedy answers, requests in parallel as one at a time, a second
+/// turn from the prompt cache; and the KV budget counts an IREE sequence at
+/// its whole capacity (the module's caches have a fixed shape), so a budget
+/// below one sequence refuses every request and one a little above it runs
+/// requests one after another.
+#[test]
+fn server_backend_iree() {
+    use mlxcel_tests::server::Server;
+    use serde_json::{Value, json};
+
+    let bundle = four_bit();
+    // Keys and values of SmolLM2's 30 layers, 3 heads of 64, f32, at the
+    // module's capacity: 11.25 MiB a sequence.
+    let sequence_mib = 2.0 * 30.0 * 3.0 * CONTEXT as f64 * 64.0 * 4.0 / (1 << 20) as f64;
+    assert!(sequence_mib > 11.0 && sequence_mib < 12.0, "{sequence_mib}");
+
+    let prompts = ["What is the capital of France?", "Name a colour.", "Count to five."];
+    let ask = |server: &Server, prompt: &str| -> Value {
+        let body = json!({"messages": [{"role": "user", "content": prompt}], "max_tokens": 12, "temperature": 0});
+        let (status, reply) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{reply}\n{}", server.log());
+        reply["choices"][0]["message"]["content"].clone()
+    };
+    let expected: Vec<Value> = {
+        let mlx = Server::start(bundle, &["--backend", "mlx"]);
+        prompts.iter().map(|p| ask(&mlx, p)).collect()
+    };
+    assert!(expected[0].as_str().unwrap().contains("Paris"), "{}", expected[0]);
+
+    let server = Server::start(bundle, &["--backend", "iree", "--parallel", "3", "--kv-budget", "12", "--metrics"]);
+    let concurrent: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts.iter().map(|p| s.spawn(|| ask(&server, p))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(concurrent, expected);
+
+    let mut messages = vec![json!({"role": "user", "content": "What is the capital of France?"})];
+    let (status, one) =
+        server.post("/v1/chat/completions", &json!({"messages": messages, "max_tokens": 12, "temperature": 0}));
+    assert_eq!(status, 200, "{one}");
+    messages.push(one["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": "And of Italy?"}));
+    let (status, two) =
+        server.post("/v1/chat/completions", &json!({"messages": messages, "max_tokens": 12, "temperature": 0}));
+    assert_eq!(status, 200, "{two}");
+    let cached = two["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached >= one["usage"]["prompt_tokens"].as_u64().unwrap(), "{}", two["usage"]);
+    assert_eq!(server.metric("mlxcel_kv_cache_bytes"), 0.0);
+    drop(server);
+
+    let small = Server::start(bundle, &["--backend", "iree", "--kv-budget", "10"]);
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
+    let (status, refused) = small.post("/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "kv_budget_exceeded", "{refused}");
+}

@@ -201,6 +201,7 @@ async fn serve(args: ServerArgs) -> Result<()> {
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<()>>();
     {
         let (state, path, options) = (state.clone(), args.bundle.clone(), engine_options(&args));
+        let device = args.engine.device_label();
         tokio::task::spawn_blocking(move || {
             let result = Engine::load(&path, options).with_context(|| format!("loading {}", path.display()));
             let result = result.map(|engine| {
@@ -210,7 +211,7 @@ async fn serve(args: ServerArgs) -> Result<()> {
                     architecture = %m.architecture,
                     context = m.context_length(),
                     load_ms = format_args!("{:.1}", m.load_time.as_secs_f64() * 1e3),
-                    device = %mlxcel_mlx::device::default_device(),
+                    device = %device,
                     "model loaded: ready"
                 );
                 if let Some(kernels) = &m.gpu_kernels {

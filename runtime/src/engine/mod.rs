@@ -483,7 +483,10 @@ impl Engine {
                 // The context a sequence may use: the model's, or less when asked.
                 let context = options.context.map_or(backend.context_length(), |c| c.min(backend.context_length()));
                 let dtype = options.load.compute_dtype.unwrap_or_else(default_compute_dtype);
-                let kv = KvSizing::from_config(&config, dtype, options.load.backend.max_kv);
+                let kv = match backend.fixed_cache_bytes() {
+                    Some(bytes) => KvSizing::fixed(config.num_hidden_layers, backend.context_length(), bytes),
+                    None => KvSizing::from_config(&config, dtype, options.load.backend.max_kv),
+                };
                 let model = Arc::new(ModelInfo {
                     name,
                     architecture,
