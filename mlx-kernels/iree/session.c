@@ -152,7 +152,6 @@ static iree_status_t create_task_device(int32_t threads, iree_hal_device_t** out
   }
 
   if (proactors) iree_async_proactor_pool_release(proactors);
-
   if (driver) iree_hal_driver_release(driver);
   if (device_allocator) iree_hal_allocator_release(device_allocator);
   for (iree_host_size_t i = 0; i < loader_count; ++i) iree_hal_executable_loader_release(loaders[i]);
@@ -162,8 +161,8 @@ static iree_status_t create_task_device(int32_t threads, iree_hal_device_t** out
 }
 
 char* mlxcel_iree_session_create(const char* driver, size_t driver_len, int32_t threads,
-                                 const uint8_t* module,
-                                 size_t module_len, const char* scope, size_t scope_len,
+                                 const uint8_t* module, size_t module_len, const char* scope,
+                                 size_t scope_len,
                                  const uint8_t* mapping, size_t mapping_len,
                                  const mlxcel_iree_parameter_t* params, size_t param_count,
                                  mlxcel_iree_session_t** out_session) {

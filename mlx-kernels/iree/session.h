@@ -53,13 +53,13 @@ void mlxcel_iree_free_error(char* message);
 
 // Creates a session on the HAL driver `driver` ("local-task", "local-sync",
 // "cuda", ...; for local-task, `threads` > 0 workers, 0 IREE's default of one
-// per physical core; other drivers ignore it) running the vmfb `module` (borrowed: it must outlive the
-// session), whose parameters under `scope` are the `params` of `mapping`
-// (borrowed too; imported without a copy where the device can read host
-// memory).
+// per physical core; other drivers ignore it) running the vmfb `module`
+// (borrowed: it must outlive the session), whose parameters under `scope` are
+// the `params` of `mapping` (borrowed too; imported without a copy where the
+// device can read host memory).
 char* mlxcel_iree_session_create(const char* driver, size_t driver_len, int32_t threads,
-                                 const uint8_t* module,
-                                 size_t module_len, const char* scope, size_t scope_len,
+                                 const uint8_t* module, size_t module_len, const char* scope,
+                                 size_t scope_len,
                                  const uint8_t* mapping, size_t mapping_len,
                                  const mlxcel_iree_parameter_t* params, size_t param_count,
                                  mlxcel_iree_session_t** out_session);

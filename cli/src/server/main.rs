@@ -201,7 +201,9 @@ async fn serve(args: ServerArgs) -> Result<()> {
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<()>>();
     {
         let (state, path, options) = (state.clone(), args.bundle.clone(), engine_options(&args));
-        let device = args.engine.device_label();
+        // Labelled after the load: a bundle without kernels for the GPU may
+        // have moved the model to the CPU (`--gpu-kernels cpu`).
+        let backend = args.engine.clone();
         tokio::task::spawn_blocking(move || {
             let result = Engine::load(&path, options).with_context(|| format!("loading {}", path.display()));
             let result = result.map(|engine| {
@@ -211,7 +213,7 @@ async fn serve(args: ServerArgs) -> Result<()> {
                     architecture = %m.architecture,
                     context = m.context_length(),
                     load_ms = format_args!("{:.1}", m.load_time.as_secs_f64() * 1e3),
-                    device = %device,
+                    device = %backend.device_label(),
                     "model loaded: ready"
                 );
                 if let Some(kernels) = &m.gpu_kernels {

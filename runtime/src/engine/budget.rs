@@ -61,9 +61,10 @@ impl KvSizing {
     }
 
     /// The most bytes the caches of a sequence holding `tokens` positions
-    /// reach: all of [`KvSizing::per_sequence`] where set; else a growing cache allocates [`CACHE_CHUNK`] positions at a time
-    /// past what it holds (so up to `tokens + CACHE_CHUNK − 1` positions), a
-    /// sliding ring never more than its window.
+    /// reach: all of [`KvSizing::per_sequence`] where set; else a growing
+    /// cache allocates [`CACHE_CHUNK`] positions at a time past what it
+    /// holds (so up to `tokens + CACHE_CHUNK − 1` positions), a sliding ring
+    /// never more than its window.
     pub fn bytes_for(&self, tokens: usize) -> u64 {
         if tokens == 0 {
             return 0;
