@@ -123,6 +123,11 @@ pub mod kinds {
     /// The property of a [`KERNEL_SET_MLX_PTX_CACHE`] section naming the CUDA
     /// major version the kernels were compiled for.
     pub const CUDA_MAJOR_KEY: &str = "cuda_major";
+    /// The property of the sections of mlxcel's own CUDA module
+    /// (`mlxcel_kernels`) naming the version of its kernels' interface
+    /// (argument layout, launch shapes, what each computes) it was built
+    /// with; a runtime loads only a module of its own version.
+    pub const MLXCEL_KERNELS_ABI_KEY: &str = "mlxcel_abi";
     /// An exported MLX function (`.mlxfn`); key = graph name.
     pub const MLX_FUNCTION: &str = "mlxfn";
     /// Any other blob; key names it.

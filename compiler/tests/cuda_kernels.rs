@@ -104,7 +104,11 @@ fn smollm2_with_cuda_sm90_kernels() {
     }
     // mlxcel's own module: a cubin and every kernel the runtime looks up,
     // in the same set (mlx-kernels/cuda/kernels.cu).
-    let ptx = bundle.section(kinds::KERNELS, "mlxcel_kernels.ptx", "cuda:sm_90a").expect("own module").data();
+    let own = bundle.section(kinds::KERNELS, "mlxcel_kernels.ptx", "cuda:sm_90a").expect("own module");
+    // Marked with the interface version the runtime loads (and only that).
+    let abi = mlxcel_mlx::cuda_kernels::ABI.to_string();
+    assert_eq!(own.property(kinds::MLXCEL_KERNELS_ABI_KEY), Some(abi.as_str()));
+    let ptx = own.data();
     assert_eq!(u16::from_le_bytes([ptx[18], ptx[19]]), EM_CUDA);
     let txt = bundle.section(kinds::KERNELS, "mlxcel_kernels.txt", "cuda:sm_90a").expect("own module").data();
     let expressions: Vec<&str> =

@@ -1,7 +1,7 @@
-// A decode step's attention over each sequence's KV cache: the keys rotated
-// (RoPE) and written with the values into the cache buffers, then each
-// query rotated and attended over its visible positions, heads merged as it
-// writes. What the CPU's CachedAttention node does (cpp/nodes/attention.h);
+// A decode step's attention over each sequence's KV cache, one launch: the
+// step's keys rotated (RoPE) and written with its values into the cache
+// buffers, each query rotated and attended over its visible positions,
+// heads merged as it writes. What the CPU's CachedAttention node does (cpp/nodes/attention.h);
 // part of the module kernels.cu.
 //
 // Arithmetic, f32: RoPE as the CPU node computes it (inverse frequencies
@@ -36,30 +36,52 @@ __device__ __forceinline__ void rope_head(const AttentionArgs& a, const float* x
   for (int d = a.rope_dims + tid; d < a.dim; d += step) y[d] = x[d];
 }
 
-// Grid (L, KVH, B): position l of kv head h of sequence b, rotated and
-// written to the sequence's buffers at slot + l.
-__global__ void rope_write(AttentionArgs a) {
-  const int l = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const CacheRowArgs& row = a.rows[b];
-  const long long at = static_cast<long long>(h) * row.capacity + row.slot + l;
-  const long long src = (static_cast<long long>(b) * a.kv_heads + h) * a.seq + l;
-  rope_head(a, a.k + src * a.dim, row.keys + at * a.dim, row.offset + l, threadIdx.x, blockDim.x);
-  const float* v = a.v + src * a.vdim;
-  float* vc = row.values + at * a.vdim;
-  for (int d = threadIdx.x; d < a.vdim; d += blockDim.x) vc[d] = v[d];
+// Row b of the step: its buffers, and its positions from device memory when
+// a replayed step graph supplies them.
+__device__ __forceinline__ CacheRowArgs step_row(const AttentionArgs& a, int b) {
+  CacheRowArgs row = a.rows[b];
+  if (a.positions) {
+    const StepPositions p = a.positions[b];
+    row.offset = p.offset;
+    row.slot = p.slot;
+    row.visible = p.visible;
+    row.causal = p.causal;
+  }
+  return row;
 }
 
-// Grid (H, L, B): query l of head h of sequence b.
+// Grid (H, L, B): query l of head h of sequence b. The step's own keys
+// (buffer positions slot .. slot + L - 1) are rotated by every block that
+// attends over them, from k itself, so no block waits on another's cache
+// write; the blocks of each kv group's first head write them, with the
+// values, into the cache for the next steps. One launch instead of a RoPE
+// and cache-write kernel followed by the attention (docs/cuda.md "Wider
+// products"), with the same values: the rotation is the same function of
+// the same inputs, so the keys attended over are the bits the cache holds.
 __global__ void cached_attention(AttentionArgs a) {
   __shared__ float qs[kMaxHeadDim];
+  __shared__ float fresh[kMaxAttentionPositions][kMaxHeadDim];
   __shared__ float warp_max[kAttentionWarps], warp_sum[kAttentionWarps];
   __shared__ float warp_acc[kAttentionWarps][kMaxHeadDim];
   const int h = blockIdx.x, l = blockIdx.y, b = blockIdx.z;
-  const CacheRowArgs& row = a.rows[b];
+  const CacheRowArgs row = step_row(a, b);
+  const int group = a.heads / a.kv_heads;
+  const int kvh = h / group;
   const long long qrow = (static_cast<long long>(b) * a.heads + h) * a.seq + l;
   rope_head(a, a.q + qrow * a.dim, qs, row.offset + l, threadIdx.x, blockDim.x);
+  const long long first_new = (static_cast<long long>(b) * a.kv_heads + kvh) * a.seq;
+  for (int j = 0; j < a.seq; ++j)
+    rope_head(a, a.k + (first_new + j) * a.dim, fresh[j], row.offset + j, threadIdx.x, blockDim.x);
   __syncthreads();
-  const int kvh = h / (a.heads / a.kv_heads);
+  if (h % group == 0) {
+    // Position l of this kv head into the cache buffers.
+    const long long at = static_cast<long long>(kvh) * row.capacity + row.slot + l;
+    float* kc = row.keys + at * a.dim;
+    for (int d = threadIdx.x; d < a.dim; d += blockDim.x) kc[d] = fresh[l][d];
+    const float* v = a.v + (first_new + l) * a.vdim;
+    float* vc = row.values + at * a.vdim;
+    for (int d = threadIdx.x; d < a.vdim; d += blockDim.x) vc[d] = v[d];
+  }
   const float* keys = row.keys + static_cast<long long>(kvh) * row.capacity * a.dim;
   const float* values = row.values + static_cast<long long>(kvh) * row.capacity * a.vdim;
   const int n = row.causal ? row.visible - a.seq + l + 1 : row.visible;
@@ -69,7 +91,11 @@ __global__ void cached_attention(AttentionArgs a) {
 #pragma unroll
   for (int i = 0; i < per_lane; ++i) acc[i] = 0.0f;
   for (int p = warp; p < n; p += kAttentionWarps) {
-    const float* k = keys + static_cast<long long>(p) * a.dim;
+    // This step's positions from the block's own copies, the rest from
+    // the cache.
+    const unsigned j = static_cast<unsigned>(p - row.slot);
+    const bool is_new = j < static_cast<unsigned>(a.seq);
+    const float* k = is_new ? fresh[j] : keys + static_cast<long long>(p) * a.dim;
     float dot = 0.0f;
     for (int d = lane; d < a.dim; d += 32) dot += qs[d] * k[d];
 #pragma unroll
@@ -79,7 +105,7 @@ __global__ void cached_attention(AttentionArgs a) {
     const float correction = expf(m - mx);
     const float e = expf(score - mx);
     s = s * correction + e;
-    const float* v = values + static_cast<long long>(p) * a.vdim;
+    const float* v = is_new ? a.v + (first_new + j) * a.vdim : values + static_cast<long long>(p) * a.vdim;
 #pragma unroll
     for (int i = 0; i < per_lane; ++i) {
       const int d = lane + 32 * i;

@@ -4,7 +4,7 @@
 // kernels.cu.
 //
 // One thread per output element: element k of row i reads its code from
-// the row's words, the scale and bias of its group, and writes
+// the row's bit stream, the scale and bias of its group, and writes
 // s · q + b (two roundings, as MLX's dequantize and the CPU kernel), times
 // the embedding scale unless that is 1.
 #pragma once
@@ -19,11 +19,15 @@ __global__ void gather(GatherRowsArgs a) {
   long long id = a.ids_signed ? static_cast<long long>(a.ids[i]) : static_cast<long long>(static_cast<unsigned>(a.ids[i]));
   if (id < 0) id += a.n;
   id = id < 0 ? 0 : (id >= a.n ? a.n - 1 : id);
-  constexpr int per_word = 32 / Bits;
+  // Code k of the row's little-endian bit stream (straddling two words for
+  // some codes of 3, 5 or 6 bits).
   constexpr unsigned mask = (1u << Bits) - 1u;
-  const long long words = a.k / per_word;
-  const unsigned word = __ldg(a.codes + id * words + k / per_word);
-  const unsigned q = (word >> (Bits * (k % per_word))) & mask;
+  const long long words = static_cast<long long>(a.k) * Bits / 32;
+  const int bit = k * Bits, shift = bit % 32;
+  const unsigned* row = a.codes + id * words + bit / 32;
+  unsigned q = __ldg(row) >> shift;
+  if (shift + Bits > 32) q |= __ldg(row + 1) << (32 - shift);
+  q &= mask;
   const long long g = id * (a.k / a.group) + k / a.group;
   const float s = to_float(static_cast<const ScaleT*>(a.scales)[g]);
   const float b = to_float(static_cast<const ScaleT*>(a.biases)[g]);

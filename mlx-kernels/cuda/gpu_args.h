@@ -11,8 +11,9 @@ namespace mlxcel {
 constexpr int kMaxGpuWeights = 8;
 /// Rows of x one block applies a weight row to (blockIdx.y picks the chunk).
 constexpr int kRowChunk = 8;
-/// Threads per block: four warps, one output row each.
-constexpr int kProductThreads = 128;
+/// The most threads of a product block: `rows_per_block` rows of W of
+/// `seg_threads` threads each (ProductArgs).
+constexpr int kProductThreads = 256;
 
 /// The gated kernels' activations (kern::Activation's values, offset by one
 /// so that 0 is no activation).
@@ -54,6 +55,11 @@ struct ProductArgs {
   int norm;
   float norm_eps;
   const float* norm_weight;
+  /// Threads per row of W (each over every `seg_threads`-th segment of 32
+  /// inputs) and rows of W per block: `seg_threads · rows_per_block` ≤
+  /// kProductThreads (products.cuh).
+  int seg_threads;
+  int rows_per_block;
 };
 
 /// Threads of the RMS norm kernel (one block per row).
@@ -75,14 +81,15 @@ struct NormArgs {
 
 /// Sequences one attention launch serves (a decode step's batch).
 constexpr int kMaxAttentionRows = 32;
+/// Positions of one sequence one attention launch adds (at least gpu.h's
+/// kMaxRows: each block keeps the step's rotated keys in shared memory).
+constexpr int kMaxAttentionPositions = 32;
 /// The largest head dimension of queries, keys and values.
 constexpr int kMaxHeadDim = 256;
 /// Threads of the attention kernel: eight warps, each over every eighth
 /// position.
 constexpr int kAttentionThreads = 256;
 constexpr int kAttentionWarps = kAttentionThreads / 32;
-/// Threads of the RoPE-and-cache-write kernel.
-constexpr int kWriteThreads = 128;
 
 /// One sequence's KV cache buffers (`[KVH, capacity, D]` and
 /// `[KVH, capacity, Dv]`, row-major) and its step.
@@ -97,6 +104,17 @@ struct CacheRowArgs {
   /// Positions attended over: [0, visible).
   int visible;
   /// Query i sees positions up to visible - L + i.
+  int causal;
+};
+
+/// The part of a sequence's CacheRowArgs that changes from step to step.
+/// A replayed step graph (cpp/nodes/gpu_graph.cc) copies each step's into
+/// device memory that its attention launches read, instead of setting every
+/// launch's arguments anew.
+struct StepPositions {
+  int offset;
+  int slot;
+  int visible;
   int causal;
 };
 
@@ -121,6 +139,8 @@ struct AttentionArgs {
   float rope_base;
   float rope_scale;
   float scale;
+  /// Row b's positions in device memory, overriding rows[b]'s, or null.
+  const StepPositions* positions;
   CacheRowArgs rows[kMaxAttentionRows];
 };
 

@@ -22,6 +22,14 @@ use crate::nvrtc::{Header, Program};
 /// kernel's name expression, a tab and its lowered name), as MLX's own.
 pub const MODULE: &str = "mlxcel_kernels";
 
+/// The version of the module's interface: `gpu_args.h`'s layout, each
+/// kernel's launch shape and what it computes. Stored with the module in a
+/// bundle; a runtime loads only a module of its own version, since one
+/// launched with another version's shapes would compute garbage. Bump it
+/// with any such change. 2 (2026-12-06): products take a thread per 32-input
+/// segment; the attention writes the cache itself (no `rope_write`).
+pub const ABI: u32 = 2;
+
 /// The module's CUDA source, and the headers it includes (handed to NVRTC
 /// in memory): the argument layout the host code shares, the products, the
 /// attention, the norm and the row gather.
@@ -34,8 +42,9 @@ const HEADERS: [(&str, &str); 5] = [
     ("gather.cuh", include_str!("../cuda/gather.cuh")),
 ];
 
-/// Code widths with kernels (codes that divide a 32-bit word).
-pub const BITS: [u32; 3] = [2, 4, 8];
+/// Code widths with kernels: every width MLX quantizes to (3, 5 and 6 bits
+/// straddle words: each row is one little-endian bit stream).
+pub const BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
 
 /// The CUDA types of scales and biases with kernels (f32, f16, bf16).
 pub const SCALE_TYPES: [&str; 3] = ["float", "__half", "__nv_bfloat16"];
@@ -43,9 +52,9 @@ pub const SCALE_TYPES: [&str; 3] = ["float", "__half", "__nv_bfloat16"];
 /// The gated kernels' activations (SiLU, GELU-tanh), as `gpu_args.h` numbers them.
 pub const ACTIVATIONS: [u32; 2] = [1, 2];
 
-/// The attention kernels (RoPE and cache writes; attention; the copy of a
-/// cache buffer that cannot be written in place).
-pub const ATTENTION_KERNELS: [&str; 3] = ["mlxcel::rope_write", "mlxcel::cached_attention", "mlxcel::copy_floats"];
+/// The attention kernels (RoPE, cache writes and attention in one; the copy
+/// of a cache buffer that cannot be written in place).
+pub const ATTENTION_KERNELS: [&str; 2] = ["mlxcel::cached_attention", "mlxcel::copy_floats"];
 
 /// The RMS norm kernel (norms no product absorbs; with or without a residual).
 pub const NORM_KERNEL: &str = "mlxcel::rms_norm";
@@ -128,10 +137,13 @@ mod tests {
         let nvrtc = Nvrtc::open(dir.join("lib/libnvrtc.so.13")).unwrap();
         let out = nvrtc.compile(&program("sm_90a", &dir.join("include"))).unwrap();
         assert_eq!(&out.cubin[..4], b"\x7fELF");
-        assert_eq!(out.lowered_names.len(), 40);
-        assert_eq!(out.lowered_names[29].0, "mlxcel::copy_floats");
-        assert_eq!(out.lowered_names[30].0, "mlxcel::rms_norm");
-        assert_eq!(out.lowered_names[36].0, "mlxcel::gather<4, __nv_bfloat16>");
+        // 6 widths × 3 scale types × (a product and 2 gated), the attention
+        // and the copy, the norm, 6 × 3 gathers.
+        assert_eq!(out.lowered_names.len(), 75);
+        assert_eq!(out.lowered_names[54].0, "mlxcel::cached_attention");
+        assert_eq!(out.lowered_names[55].0, "mlxcel::copy_floats");
+        assert_eq!(out.lowered_names[56].0, "mlxcel::rms_norm");
+        assert_eq!(out.lowered_names[65].0, "mlxcel::gather<4, __nv_bfloat16>");
         let (expression, lowered) = &out.lowered_names[1];
         assert_eq!(expression, "mlxcel::gated<2, float, 1>");
         assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1EEEvNS_11ProductArgsE"), "{lowered}");

@@ -109,6 +109,10 @@ pub enum Installed {
         /// Kernels of mlxcel's own module loaded (0 for a bundle compiled
         /// before it existed: the GPU then runs MLX's operations only).
         own_kernels: usize,
+        /// The interface version of the bundle's own module when it is not
+        /// this runtime's ([`cuda_kernels::ABI`]; 1 for a module stored
+        /// without one): that module is not loaded.
+        own_stale: Option<u32>,
     },
     /// No kernels for this GPU; MLX compiles at run time, as asked.
     Jit,
@@ -119,12 +123,21 @@ pub enum Installed {
 impl std::fmt::Display for Installed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Installed::Kernels { dir, modules, written, own_kernels } => {
+            Installed::Kernels { dir, modules, written, own_kernels, own_stale } => {
                 write!(
                     f,
                     "{modules} modules from the bundle in {} ({written} files written); mlxcel's own: {own_kernels} kernels",
                     dir.display()
-                )
+                )?;
+                if let Some(abi) = own_stale {
+                    write!(
+                        f,
+                        " (the bundle's were built for version {abi} of their interface, this runtime's is {}: \
+                         MLX's operations run instead; recompile the bundle with --target cuda-smXY for them)",
+                        cuda_kernels::ABI
+                    )?;
+                }
+                Ok(())
             }
             Installed::Jit => f.write_str("none in the bundle for this GPU: MLX compiles them at run time"),
             Installed::Cpu => f.write_str("none in the bundle for this GPU: running on the CPU"),
@@ -222,21 +235,29 @@ pub fn install(bundle: &Bundle, gpu: &GpuTarget, options: &GpuKernelOptions) -> 
     }
     device::set_jit_cache_dir(&dir)?;
     let modules = sections.iter().filter(|s| s.key().ends_with(".ptx")).count();
-    let own_kernels = load_own_kernels(&sections)?;
-    Ok(Installed::Kernels { dir, modules, written, own_kernels })
+    let (own_kernels, own_stale) = load_own_kernels(&sections)?;
+    Ok(Installed::Kernels { dir, modules, written, own_kernels, own_stale })
 }
 
-/// Loads mlxcel's own module from the sections, if the bundle has it;
-/// returns its kernel count (0 without it).
-fn load_own_kernels(sections: &[SectionView<'_>]) -> Result<usize> {
+/// Loads mlxcel's own module from the sections, if the bundle has one of
+/// this runtime's interface version; returns its kernel count (0 without
+/// it) and the version of a module left unloaded for being another's.
+fn load_own_kernels(sections: &[SectionView<'_>]) -> Result<(usize, Option<u32>)> {
     let find = |ext: &str| {
         let key = format!("{}.{ext}", cuda_kernels::MODULE);
         sections.iter().find(|s| s.key() == key)
     };
-    let (Some(cubin), Some(names)) = (find("ptx"), find("txt")) else { return Ok(0) };
+    let (Some(cubin), Some(names)) = (find("ptx"), find("txt")) else { return Ok((0, None)) };
+    // Modules stored before the property existed are version 1; one that
+    // does not parse is no version this runtime knows either.
+    let abi = cubin.property(kinds::MLXCEL_KERNELS_ABI_KEY).map_or(Some(1), |v| v.parse::<u32>().ok());
+    if abi != Some(cuda_kernels::ABI) {
+        return Ok((0, Some(abi.unwrap_or(0))));
+    }
     let names = std::str::from_utf8(names.data())
         .map_err(|_| Error::GpuKernels(format!("the bundle's {} is not UTF-8", names.key())))?;
-    cuda_kernels::load(cubin.data(), names).map_err(|e| Error::GpuKernels(e.to_string()))
+    let count = cuda_kernels::load(cubin.data(), names).map_err(|e| Error::GpuKernels(e.to_string()))?;
+    Ok((count, None))
 }
 
 /// Why a bundle without kernels for `gpu` is refused, and what to do.

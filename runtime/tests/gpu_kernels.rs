@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use mlxcel_bundle::{Bundle, BundleWriter, ModelInfo, SectionSpec, kinds};
+use mlxcel_mlx::cuda_kernels;
 use mlxcel_runtime::gpu_kernels::{
     GpuKernelOptions, GpuTarget, Installed, KERNEL_SET_MLX_PTX_CACHE, MissingGpuKernels, install,
 };
@@ -38,6 +39,12 @@ fn h200() -> GpuTarget {
 type Entry<'a> = (&'a str, &'a str, &'a str, &'a [u8]);
 
 fn write_bundle(path: &Path, entries: &[Entry<'_>]) -> Bundle {
+    write_bundle_with_abi(path, entries, Some(&cuda_kernels::ABI.to_string()))
+}
+
+/// `write_bundle` with mlxcel's own module's sections marked as built for
+/// interface version `own_abi` (none: as bundles stored before the mark).
+fn write_bundle_with_abi(path: &Path, entries: &[Entry<'_>], own_abi: Option<&str>) -> Bundle {
     let model = ModelInfo { architecture: "llama".into(), name: "kernels".into(), config_json: "{}".into() };
     let mut w = BundleWriter::create(path, model).unwrap();
     for (key, target, mlx, bytes) in entries {
@@ -46,6 +53,12 @@ fn write_bundle(path: &Path, entries: &[Entry<'_>]) -> Bundle {
             .with_property("kernel_set", KERNEL_SET_MLX_PTX_CACHE)
             .with_property("mlx_version", *mlx)
             .with_property("cuda_major", "13");
+        let spec = match own_abi {
+            Some(abi) if key.starts_with(cuda_kernels::MODULE) => {
+                spec.with_property(kinds::MLXCEL_KERNELS_ABI_KEY, abi)
+            }
+            _ => spec,
+        };
         w.add_section_bytes(spec, bytes).unwrap();
     }
     w.finish().unwrap();
@@ -67,12 +80,12 @@ fn installs_the_sections_of_this_gpu_and_points_mlx_at_them() {
     let dir = temp_dir("install");
     let bundle = write_bundle(&dir.join("m.mlxb"), MODULES);
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
-    let Installed::Kernels { dir: installed, modules, written, own_kernels } =
+    let Installed::Kernels { dir: installed, modules, written, own_kernels, own_stale } =
         install(&bundle, &h200(), &options).unwrap()
     else {
         panic!("expected kernels")
     };
-    assert_eq!((modules, written, own_kernels), (2, 4, 0));
+    assert_eq!((modules, written, own_kernels, own_stale), (2, 4, 0, None));
     assert!(installed.starts_with(dir.join("cache")), "{}", installed.display());
     for (key, target, _, bytes) in MODULES.iter().filter(|e| e.1 == "cuda:sm_90a") {
         assert_eq!(std::fs::read(installed.join(key)).unwrap(), *bytes, "{key} for {target}");
@@ -83,12 +96,18 @@ fn installs_the_sections_of_this_gpu_and_points_mlx_at_them() {
 
     // A second process on the same bundle finds them in place.
     let again = install(&bundle, &h200(), &options).unwrap();
-    assert_eq!(again, Installed::Kernels { dir: installed.clone(), modules: 2, written: 0, own_kernels: 0 });
+    assert_eq!(
+        again,
+        Installed::Kernels { dir: installed.clone(), modules: 2, written: 0, own_kernels: 0, own_stale: None }
+    );
 
     // A damaged file is replaced.
     std::fs::write(installed.join(MODULES[0].0), b"truncated").unwrap();
     let repaired = install(&bundle, &h200(), &options).unwrap();
-    assert_eq!(repaired, Installed::Kernels { dir: installed.clone(), modules: 2, written: 1, own_kernels: 0 });
+    assert_eq!(
+        repaired,
+        Installed::Kernels { dir: installed.clone(), modules: 2, written: 1, own_kernels: 0, own_stale: None }
+    );
     assert_eq!(std::fs::read(installed.join(MODULES[0].0)).unwrap(), MODULES[0].3);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -107,6 +126,29 @@ fn an_own_module_that_does_not_load_is_an_error_naming_it() {
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
     let message = install(&bundle, &h200(), &options).unwrap_err().to_string();
     assert!(message.contains("mlxcel GPU kernels"), "{message}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_own_module_of_another_interface_version_is_left_unloaded() {
+    let _serial = one_installer_at_a_time();
+    // Its kernels would be launched with this runtime's argument layout and
+    // shapes: MLX's operations run instead, and the report says why. Before
+    // the version mark a module is version 1.
+    let dir = temp_dir("own-abi");
+    let mut entries = MODULES.to_vec();
+    entries.push(("mlxcel_kernels.ptx", "cuda:sm_90a", "0.32.4", b"\x7fELF an older module"));
+    entries.push(("mlxcel_kernels.txt", "cuda:sm_90a", "0.32.4", b"mlxcel::product<4, float>\t_Z1x\n"));
+    let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
+    for (abi, seen) in [(None, 1), (Some("1"), 1), (Some("999"), 999), (Some("two"), 0)] {
+        let bundle = write_bundle_with_abi(&dir.join(format!("m{seen}.mlxb")), &entries, abi);
+        let installed = install(&bundle, &h200(), &options).unwrap();
+        let Installed::Kernels { own_kernels, own_stale, .. } = &installed else { panic!("expected kernels") };
+        assert_eq!((*own_kernels, *own_stale), (0, Some(seen)), "{abi:?}");
+        let report = installed.to_string();
+        assert!(report.contains(&format!("version {seen} of their interface")), "{report}");
+        assert!(report.contains("recompile the bundle with --target cuda-smXY"), "{report}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

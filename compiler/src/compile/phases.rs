@@ -322,11 +322,14 @@ impl<'a> Compilation<'a> {
             for (key, bytes) in
                 [(format!("{}.ptx", m.name), &m.cubin[..]), (format!("{}.txt", m.name), m.names_txt.as_bytes())]
             {
-                let spec = SectionSpec::new(kinds::KERNELS, key)
+                let mut spec = SectionSpec::new(kinds::KERNELS, key)
                     .with_target(target.clone())
                     .with_property(kinds::KERNEL_SET_KEY, kinds::KERNEL_SET_MLX_PTX_CACHE)
                     .with_property(kinds::MLX_VERSION_KEY, crate::cuda::MLX_VERSION)
                     .with_property(kinds::CUDA_MAJOR_KEY, cuda_major.clone());
+                if m.name == mlxcel_mlx::cuda_kernels::MODULE {
+                    spec = spec.with_property(kinds::MLXCEL_KERNELS_ABI_KEY, mlxcel_mlx::cuda_kernels::ABI.to_string());
+                }
                 w.add_section_bytes(spec, bytes)?;
             }
             reports.push(KernelReport { module: m.name, target: m.target, bytes: m.cubin.len(), seconds: m.seconds });

@@ -53,7 +53,6 @@ const Driver& driver() {
     find(d.graph_create, "cuGraphCreate");
     find(d.graph_add_kernel, "cuGraphAddKernelNode_v2");
     find(d.graph_instantiate, "cuGraphInstantiateWithFlags");
-    find(d.graph_set_kernel, "cuGraphExecKernelNodeSetParams_v2");
     find(d.graph_launch, "cuGraphLaunch");
     find(d.graph_exec_destroy, "cuGraphExecDestroy");
     find(d.graph_destroy, "cuGraphDestroy");
@@ -276,10 +275,17 @@ ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& i
   return a;
 }
 
+// One thread per segment of 32 inputs of a row of W (fewer, each over
+// several segments, for rows of more than kProductThreads segments), as
+// many whole rows of W per block as fit (products.cuh).
 void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, int rows_out, ProductArgs& a) {
-  const int warps = kProductThreads / 32;
-  dim3 grid((rows_out + warps - 1) / warps, (a.rows + kRowChunk - 1) / kRowChunk);
-  add_launch(enc, kernel(expression), grid, dim3(kProductThreads), a);
+  if (a.k % 32 != 0 || a.group % 32 != 0)
+    throw std::runtime_error("mlxcel GPU product: inputs (" + std::to_string(a.k) + ") and group size (" +
+                             std::to_string(a.group) + ") must be multiples of 32");
+  a.seg_threads = std::min(a.k / 32, kProductThreads);
+  a.rows_per_block = kProductThreads / a.seg_threads;
+  dim3 grid((rows_out + a.rows_per_block - 1) / a.rows_per_block, (a.rows + kRowChunk - 1) / kRowChunk);
+  add_launch(enc, kernel(expression), grid, dim3(a.seg_threads * a.rows_per_block), a);
 }
 
 }  // namespace
@@ -314,8 +320,8 @@ bool loaded() { return registry().loaded.load(std::memory_order_acquire); }
 
 std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
-  if (bits != 2 && bits != 4 && bits != 8)
-    return "the GPU kernels take 2-, 4- or 8-bit codes, not " + std::to_string(bits);
+  if (bits < 2 || bits > 8 || bits == 7)
+    return "the GPU kernels take 2- to 6- or 8-bit codes, not " + std::to_string(bits);
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (rows > kMaxRows) return std::to_string(rows) + " rows is a prompt: MLX's quantized matmul";
   return "";
@@ -394,6 +400,8 @@ void eval_rms_norm(mx::Stream s, const NormSpec& spec, const std::vector<array>&
   add_launch(enc, kernel("mlxcel::rms_norm"), dim3(a.rows), dim3(kNormThreads), a);
 }
 
+static_assert(kMaxRows <= kMaxAttentionPositions, "a step's positions must fit the attention's shared memory");
+
 std::string attention_unsupported(int batch, int seq, int dim, int vdim) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
   if (batch > kMaxAttentionRows) return std::to_string(batch) + " sequences: at most 32 in one GPU attention step";
@@ -456,19 +464,13 @@ void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const 
     r.visible = step.visible;
     r.causal = step.causal ? 1 : 0;
   }
-  // Rotated keys and the values into the buffers...
+  // One launch rotates the step's keys, writes them and the values into
+  // the buffers, and attends (attention.cuh).
   for (const auto& in : inputs) enc.set_input_array(in);
   for (int i = 0; i < 2 * B; ++i) enc.set_output_array(outputs[1 + i]);
+  enc.set_output_array(outputs[0]);
   note_buffers(inputs);
   note_buffers(outputs);
-  if (a.seq > 0)
-    add_launch(enc, kernel("mlxcel::rope_write"), dim3(a.seq, a.kv_heads, B), dim3(kWriteThreads), a,
-               LaunchKind::Attention);
-  // ...then the attention, which reads them.
-  enc.set_input_array(q);
-  for (int i = 0; i < 2 * B; ++i) enc.set_input_array(outputs[1 + i]);
-  if (a.freqs) enc.set_input_array(inputs[3 + 2 * B]);
-  enc.set_output_array(outputs[0]);
   if (a.seq > 0 && a.heads > 0)
     add_launch(enc, kernel("mlxcel::cached_attention"), dim3(a.heads, a.seq, B), dim3(kAttentionThreads), a,
                LaunchKind::Attention);
@@ -476,8 +478,8 @@ void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const 
 
 std::string gather_unsupported(int bits, kern::WeightLayout layout, mx::Dtype ids, size_t count) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
-  if (bits != 2 && bits != 4 && bits != 8)
-    return "the GPU row gather takes 2-, 4- or 8-bit codes, not " + std::to_string(bits);
+  if (bits < 2 || bits > 8 || bits == 7)
+    return "the GPU row gather takes 2- to 6- or 8-bit codes, not " + std::to_string(bits);
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (ids != mx::int32 && ids != mx::uint32) return "the GPU row gather takes 32-bit ids";
   if (count > 65535) return std::to_string(count) + " ids are more than one GPU gather launch takes";

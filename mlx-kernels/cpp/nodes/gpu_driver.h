@@ -24,7 +24,6 @@ struct Driver {
   CUresult (*graph_add_kernel)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
                                const CUDA_KERNEL_NODE_PARAMS*) = nullptr;
   CUresult (*graph_instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
-  CUresult (*graph_set_kernel)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*) = nullptr;
   CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
   CUresult (*graph_destroy)(CUgraph) = nullptr;

@@ -8,9 +8,9 @@
 // kernels on the same buffers: only the token ids and each cache row's
 // position change. So the first such step is evaluated by MLX as usual
 // while every launch of our nodes is noted (gpu_graph.h `add_launch`), and
-// the launches become a CUDA graph; the next steps copy the token ids in,
-// set the positions of the attention launches, launch the graph and copy
-// the logits out.
+// the launches become a CUDA graph; the next steps copy the token ids and
+// the sequences' positions in (the attention launches read them from a
+// buffer of the graph's), launch the graph and copy the logits out.
 //
 // What makes that sound: every node of the step is ours (checked before
 // the step is evaluated), so the noted launches are all of its kernels; the
@@ -18,8 +18,9 @@
 // reused while it lives; the cache buffers are written in place, so the
 // caller's cache arrays stay the graph's (a replay checks each one); and the
 // kernels' arguments are their only parameters, so a replay's arguments are
-// the recorded ones with the positions changed: the same kernels on the same
-// data, bit for bit what MLX's evaluation of the step would compute.
+// the recorded ones, with the positions read from device memory instead of
+// the arguments: the same kernels on the same data, bit for bit what MLX's
+// evaluation of the step would compute.
 #include <stdexcept>
 
 #include "mlx/transforms.h"
@@ -99,6 +100,26 @@ class Recorded final : public StepGraph {
     token_count_ = tokens.size();
     logits_ = mx::gpu_ptr<uint8_t>(logits);
     logits_count_ = logits.size();
+    // Every attention launch's rows read their positions from their own
+    // entries of one buffer, which each replay fills with one copy (setting
+    // each launch's arguments in the executable graph cost the host a
+    // driver call per launch and step).
+    size_t entries = 0;
+    for (auto& l : r_.launches)
+      if (l.kind == LaunchKind::Attention) entries += args_as<AttentionArgs>(l).batch;
+    if (entries) {
+      check(d.alloc_async(&positions_, entries * sizeof(StepPositions), r_.stream), "allocating a step's positions");
+      check(d.synchronize(r_.stream), "allocating a step's positions");
+      host_positions_.resize(entries);
+      auto* device = reinterpret_cast<const StepPositions*>(positions_);
+      size_t at = 0;
+      for (auto& l : r_.launches) {
+        if (l.kind != LaunchKind::Attention) continue;
+        auto& a = args_as<AttentionArgs>(l);
+        a.positions = device + at;
+        at += a.batch;
+      }
+    }
     check(d.graph_create(&graph_, 0), "creating a step graph");
     try {
       CUgraphNode previous = nullptr;
@@ -114,6 +135,7 @@ class Recorded final : public StepGraph {
       check(d.graph_instantiate(&exec_, graph_, 0), "instantiating a step graph");
     } catch (...) {
       d.graph_destroy(graph_);
+      if (positions_) d.free(positions_);
       throw;
     }
   }
@@ -123,6 +145,7 @@ class Recorded final : public StepGraph {
     auto& d = driver();
     if (exec_) d.graph_exec_destroy(exec_);
     if (graph_) d.graph_destroy(graph_);
+    if (positions_) d.free(positions_);
   }
 
   bool replay(const uint32_t* tokens, size_t count, const std::vector<ReplayRow>& rows, float* logits,
@@ -141,32 +164,28 @@ class Recorded final : public StepGraph {
     by_keys.reserve(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) by_keys.emplace(mx::gpu_ptr<float>(*rows[i].keys), i);
     std::vector<bool> used(rows.size(), false);
+    size_t at = 0;
     for (auto& l : r_.launches) {
       if (l.kind != LaunchKind::Attention) continue;
-      auto& a = args_as<AttentionArgs>(l);
+      const auto& a = args_as<AttentionArgs>(l);
       for (int b = 0; b < a.batch; ++b) {
-        auto& row = a.rows[b];
+        const auto& row = a.rows[b];
         auto found = by_keys.find(row.keys);
         if (found == by_keys.end()) return false;
         size_t i = found->second;
         if (mx::gpu_ptr<float>(*rows[i].values) != row.values) return false;
         used[i] = true;
-        row.offset = rows[i].offset;
-        row.slot = rows[i].slot;
-        row.visible = rows[i].visible;
-        row.causal = rows[i].causal ? 1 : 0;
+        host_positions_[at++] = StepPositions{rows[i].offset, rows[i].slot, rows[i].visible, rows[i].causal ? 1 : 0};
       }
     }
     for (bool u : used)
       if (!u) return false;
     auto& d = driver();
     mx::cu::device(mx::Device::gpu).make_current();
-    for (auto& l : r_.launches) {
-      if (l.kind != LaunchKind::Attention) continue;
-      void* arg = nullptr;
-      CUDA_KERNEL_NODE_PARAMS p = params(l, &arg);
-      check(d.graph_set_kernel(exec_, l.node, &p), "setting a step's positions");
-    }
+    if (positions_)
+      check(d.to_device_async(positions_, host_positions_.data(), host_positions_.size() * sizeof(StepPositions),
+                              r_.stream),
+            "copying a step's positions");
     check(d.to_device_async(reinterpret_cast<CUdeviceptr>(tokens_), tokens, count * sizeof(uint32_t), r_.stream),
           "copying a step's token ids");
     check(d.graph_launch(exec_, r_.stream), "launching a step graph");
@@ -200,6 +219,9 @@ class Recorded final : public StepGraph {
   size_t logits_count_ = 0;
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
+  // The attention launches' positions: on the device, and staged here.
+  CUdeviceptr positions_ = 0;
+  std::vector<StepPositions> host_positions_;
 };
 
 // Ends the recording on this thread however eval ends.

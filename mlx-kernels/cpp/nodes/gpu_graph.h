@@ -22,7 +22,7 @@ namespace mx = mlx::core;
 enum class LaunchKind : uint8_t {
   /// Replayed as recorded.
   Plain,
-  /// `AttentionArgs`: each replay sets its rows' positions.
+  /// `AttentionArgs`: each replay supplies its rows' positions.
   Attention,
   /// `GatherRowsArgs`: reads the step's token ids.
   Gather,

@@ -1,0 +1,319 @@
+// The decode step's quantized products alone, on the GPU, outside MLX: a
+// model's layers of q/k/v (norm folded in, heads layout), output projection
+// (+ residual), gated MLP (norm folded in) and down projection (+ residual),
+// then the output projection of the vocabulary, each layer with weights of
+// its own (so the L2 cache holds no more than in a real step), recorded as
+// one CUDA graph and replayed; prints the time of a step's products, of each
+// kind per launch, and the bandwidth that is, and checks every kind against
+// an f64 reference on the host. docs/cuda.md "Wider products".
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o product_bench scripts/gpu/product_bench.cu
+//   ./product_bench [rows=1] [replays=200]
+//
+// The shapes are SmolLM2-135M's (576 wide, 1536 MLP, 9 and 3 heads of 64,
+// 30 layers, 4-bit groups of 32 with f16 scales, an 8-bit vocabulary of
+// 49152): what the bundle of the package's Q4_1 GGUF runs.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "../../mlx-kernels/cuda/kernels.cu"
+
+using namespace mlxcel;
+
+#define CHECK(x)                                                                             \
+  do {                                                                                       \
+    cudaError_t status_ = (x);                                                                     \
+    if (status_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(status_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+constexpr int kHidden = 576, kInter = 1536, kVocab = 49152, kLayers = 30, kHeads = 9, kKvHeads = 3, kHeadDim = 64;
+constexpr int kGroup = 32;
+constexpr float kEps = 1e-5f;
+
+std::mt19937 rng(7);
+
+template <class T>
+T* upload(const std::vector<T>& v) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, v.size() * sizeof(T)));
+  CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+std::vector<float> normal(size_t n, float mean = 0.0f, float sd = 1.0f) {
+  std::normal_distribution<float> d(mean, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// One quantized matrix [n, k], on the host (for the reference) and device.
+struct Matrix {
+  int n, k, bits;
+  std::vector<unsigned> codes;
+  std::vector<__half> scales, biases;
+  unsigned* d_codes;
+  __half *d_scales, *d_biases;
+
+  Matrix(int n_, int k_, int bits_) : n(n_), k(k_), bits(bits_) {
+    codes.resize(static_cast<size_t>(n) * k * bits / 32);
+    for (auto& c : codes) c = rng();
+    std::uniform_real_distribution<float> s(0.002f, 0.02f), b(-0.08f, 0.08f);
+    const size_t groups = static_cast<size_t>(n) * k / kGroup;
+    for (size_t i = 0; i < groups; ++i) {
+      scales.push_back(__float2half(s(rng)));
+      biases.push_back(__float2half(b(rng)));
+    }
+    d_codes = upload(codes);
+    d_scales = upload(scales);
+    d_biases = upload(biases);
+  }
+
+  double at(int r, int c) const {
+    const int per_word = 32 / bits;
+    const unsigned w = codes[(static_cast<size_t>(r) * k + c) / per_word];
+    const unsigned q = (w >> (bits * (c % per_word))) & ((1u << bits) - 1u);
+    const size_t g = (static_cast<size_t>(r) * k + c) / kGroup;
+    return static_cast<double>(__half2float(scales[g])) * q + __half2float(biases[g]);
+  }
+
+  GpuWeight weight(float* out, int heads = 0) const { return GpuWeight{d_codes, d_scales, d_biases, out, n, heads}; }
+};
+
+struct Layer {
+  Matrix q{kHeads * kHeadDim, kHidden, 4}, k{kKvHeads * kHeadDim, kHidden, 4}, v{kKvHeads * kHeadDim, kHidden, 4};
+  Matrix o{kHidden, kHeads * kHeadDim, 4}, gate{kInter, kHidden, 4}, up{kInter, kHidden, 4}, down{kHidden, kInter, 4};
+};
+
+ProductArgs args(const float* x, int rows, int k, std::initializer_list<GpuWeight> ws) {
+  ProductArgs a{};
+  a.x = x;
+  a.ldx = k;
+  a.rows = rows;
+  a.seq = 1;
+  a.k = k;
+  a.group = kGroup;
+  for (const auto& w : ws) {
+    a.w[a.count] = w;
+    a.first_row[a.count + 1] = a.first_row[a.count] + w.n;
+    ++a.count;
+  }
+  a.total = a.first_row[a.count];
+  a.seg_threads = std::min(k / 32, kProductThreads);
+  a.rows_per_block = kProductThreads / a.seg_threads;
+  return a;
+}
+
+dim3 grid(const ProductArgs& a, int rows_out) {
+  return dim3((rows_out + a.rows_per_block - 1) / a.rows_per_block, (a.rows + kRowChunk - 1) / kRowChunk);
+}
+
+void with_norm(ProductArgs& a, const float* gain) {
+  a.norm = 1;
+  a.norm_eps = kEps;
+  a.norm_weight = gain;
+}
+
+void product_launch(const ProductArgs& a, cudaStream_t s) {
+  product<4, __half><<<grid(a, a.total), a.seg_threads * a.rows_per_block, 0, s>>>(a);
+}
+void product8_launch(const ProductArgs& a, cudaStream_t s) {
+  product<8, __half><<<grid(a, a.total), a.seg_threads * a.rows_per_block, 0, s>>>(a);
+}
+void gated_launch(const ProductArgs& a, cudaStream_t s) {
+  gated<4, __half, kActSilu><<<grid(a, a.w[0].n), a.seg_threads * a.rows_per_block, 0, s>>>(a);
+}
+
+// The f64 reference of x Wᵀ for x rows [rows, k], normed first with `gain`
+// when given.
+std::vector<double> reference(const std::vector<float>& x, int rows, const Matrix& w, const std::vector<float>* gain) {
+  std::vector<double> y(static_cast<size_t>(rows) * w.n);
+  for (int m = 0; m < rows; ++m) {
+    const float* xm = x.data() + static_cast<size_t>(m) * w.k;
+    double scale = 1.0;
+    if (gain) {
+      double sq = 0;
+      for (int c = 0; c < w.k; ++c) sq += static_cast<double>(xm[c]) * xm[c];
+      scale = 1.0 / std::sqrt(sq / w.k + kEps);
+    }
+    for (int r = 0; r < w.n; ++r) {
+      double acc = 0;
+      for (int c = 0; c < w.k; ++c) acc += w.at(r, c) * xm[c] * (gain ? (*gain)[c] : 1.0f);
+      y[static_cast<size_t>(m) * w.n + r] = acc * scale;
+    }
+  }
+  return y;
+}
+
+std::vector<float> download(const float* d, size_t n) {
+  std::vector<float> h(n);
+  CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Largest |got - want| over the largest |want|.
+double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0, top = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+    top = std::max(top, std::abs(want[i]));
+  }
+  return worst / top;
+}
+
+int main(int argc, char** argv) {
+  const int rows = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int replays = argc > 2 ? std::atoi(argv[2]) : 200;
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs; %d x rows, %d replays\n", prop.name, prop.multiProcessorCount, rows, replays);
+
+  std::vector<Layer> layers(kLayers);
+  Matrix head(kVocab, kHidden, 8);
+  const auto gain_h = normal(kHidden, 1.0f, 0.1f);
+  const float* gain = upload(gain_h);
+  const auto x_h = normal(static_cast<size_t>(rows) * kHidden);
+  const auto xi_h = normal(static_cast<size_t>(rows) * kInter, 0.0f, 0.2f);
+  float* x = upload(x_h);
+  float* xi = upload(xi_h);  // the MLP's activations, the down projection's input
+  float* xa = upload(normal(static_cast<size_t>(rows) * kHidden));  // attention's output, o's input
+  auto scratch = [&](size_t n) { return upload(std::vector<float>(n)); };
+  float *q = scratch(rows * kHeads * kHeadDim), *k = scratch(rows * kKvHeads * kHeadDim),
+        *v = scratch(rows * kKvHeads * kHeadDim), *h = scratch(rows * kHidden), *mlp = scratch(rows * kInter),
+        *logits = scratch(static_cast<size_t>(rows) * kVocab);
+
+  struct Kind {
+    const char* name;
+    std::vector<ProductArgs> launches;
+    void (*launch)(const ProductArgs&, cudaStream_t);
+    double bytes;  // weights read per launch
+  };
+  auto matrix_bytes = [](const Matrix& m) { return m.codes.size() * 4.0 + m.scales.size() * 4.0; };
+  Kind qkv{"q/k/v, norm folded", {}, product_launch, 0}, o{"o + residual", {}, product_launch, 0},
+      mlp_kind{"gate and up, norm folded", {}, gated_launch, 0}, down{"down + residual", {}, product_launch, 0},
+      vocab{"vocabulary (8-bit)", {}, product8_launch, 0};
+  for (auto& l : layers) {
+    auto a = args(x, rows, kHidden, {l.q.weight(q, kHeads), l.k.weight(k, kKvHeads), l.v.weight(v, kKvHeads)});
+    with_norm(a, gain);
+    qkv.launches.push_back(a);
+    a = args(xa, rows, kHidden, {l.o.weight(h)});
+    a.residual = x;
+    o.launches.push_back(a);
+    a = args(x, rows, kHidden, {l.gate.weight(mlp), l.up.weight(nullptr)});
+    with_norm(a, gain);
+    mlp_kind.launches.push_back(a);
+    a = args(xi, rows, kInter, {l.down.weight(h)});
+    a.residual = x;
+    down.launches.push_back(a);
+  }
+  qkv.bytes = matrix_bytes(layers[0].q) + matrix_bytes(layers[0].k) + matrix_bytes(layers[0].v);
+  o.bytes = matrix_bytes(layers[0].o);
+  mlp_kind.bytes = matrix_bytes(layers[0].gate) + matrix_bytes(layers[0].up);
+  down.bytes = matrix_bytes(layers[0].down);
+  auto va = args(x, rows, kHidden, {head.weight(logits)});
+  with_norm(va, gain);
+  vocab.launches.push_back(va);
+  vocab.bytes = matrix_bytes(head);
+
+  // Correctness against the f64 reference (layer 0 and the vocabulary).
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  bool ok = true;
+  auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+    const double e = relative_error(got, want);
+    const bool pass = e < 2e-5;
+    ok = ok && pass;
+    std::printf("  %-28s largest error / largest value %.2e %s\n", what, e, pass ? "ok" : "FAILED (bound 2e-5)");
+  };
+  std::printf("against f64 (bound 2e-5 of the output's scale: f32 sums of 576 to 1536 terms):\n");
+  qkv.launch(qkv.launches[0], s);
+  CHECK(cudaStreamSynchronize(s));
+  {
+    // q in the heads layout is [B, H, 1, D]: with one position, row-major [B, H·D].
+    check("q (norm folded, heads)", download(q, rows * kHeads * kHeadDim), reference(x_h, rows, layers[0].q, &gain_h));
+    check("v (norm folded, heads)", download(v, rows * kKvHeads * kHeadDim),
+          reference(x_h, rows, layers[0].v, &gain_h));
+  }
+  o.launch(o.launches[0], s);
+  CHECK(cudaStreamSynchronize(s));
+  {
+    auto want = reference(download(xa, rows * kHidden), rows, layers[0].o, nullptr);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += x_h[i];
+    check("o + residual", download(h, rows * kHidden), want);
+  }
+  mlp_kind.launch(mlp_kind.launches[0], s);
+  CHECK(cudaStreamSynchronize(s));
+  {
+    const auto g = reference(x_h, rows, layers[0].gate, &gain_h), u = reference(x_h, rows, layers[0].up, &gain_h);
+    std::vector<double> want(g.size());
+    for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    check("silu(gate) * up, norm folded", download(mlp, rows * kInter), want);
+  }
+  down.launch(down.launches[0], s);
+  CHECK(cudaStreamSynchronize(s));
+  {
+    auto want = reference(xi_h, rows, layers[0].down, nullptr);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += x_h[i];
+    check("down + residual", download(h, rows * kHidden), want);
+  }
+  vocab.launch(vocab.launches[0], s);
+  CHECK(cudaStreamSynchronize(s));
+  check("vocabulary, norm folded", download(logits, static_cast<size_t>(rows) * kVocab),
+        reference(x_h, rows, head, &gain_h));
+
+  // Timing: each kind's launches alone (30 per replay, the vocabulary 30
+  // times too), then a whole step's in layer order.
+  auto time_graph = [&](auto&& issue) {
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    issue();
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    for (int i = 0; i < 10; ++i) CHECK(cudaGraphLaunch(e, s));
+    cudaEvent_t t0, t1;
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    CHECK(cudaEventRecord(t0, s));
+    for (int i = 0; i < replays; ++i) CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaEventRecord(t1, s));
+    CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(g));
+    return 1000.0 * ms / replays;  // µs a replay
+  };
+  std::printf("\nin-graph time per launch (%d launches a replay):\n", kLayers);
+  double summed = 0;
+  for (Kind* kind : {&qkv, &o, &mlp_kind, &down, &vocab}) {
+    const double us = time_graph([&] {
+      for (int i = 0; i < kLayers; ++i) kind->launch(kind->launches[i % kind->launches.size()], s);
+    }) / kLayers;
+    const int per_step = kind == &vocab ? 1 : kLayers;
+    summed += us * per_step;
+    std::printf("  %-28s %7.2f us  %7.1f GB/s  x%d a step = %7.1f us\n", kind->name, us, kind->bytes / us / 1e3,
+                per_step, us * per_step);
+  }
+  const double step = time_graph([&] {
+    for (int i = 0; i < kLayers; ++i) {
+      qkv.launch(qkv.launches[i], s);
+      o.launch(o.launches[i], s);
+      mlp_kind.launch(mlp_kind.launches[i], s);
+      down.launch(down.launches[i], s);
+    }
+    vocab.launch(vocab.launches[0], s);
+  });
+  std::printf("a step's %d products in one graph: %.1f us (the kinds summed: %.1f us)\n", 4 * kLayers + 1, step,
+              summed);
+  std::printf("%s\n", ok ? "all within bounds" : "SOME FAILED");
+  return ok ? 0 : 1;
+}
