@@ -13,7 +13,7 @@
 //! `mlxcel-compile --target cuda-smXY` would, and loaded.
 //!
 //! Tolerance of the products: both sides accumulate in f32 over K products, in different
-//! orders (ours per 32-bit word then across lanes; MLX's per thread tile);
+//! orders (ours per 32-input segment, then the segments in order; MLX's per thread tile);
 //! each order is within K·2⁻²⁴ of the exact sum relative to Σ|terms|, so
 //! the two differ by at most ~2·K·6e-8·Σ|x w|. With K ≤ 1024 and
 //! standard-normal data that is below 1e-4 of the output's scale; the test

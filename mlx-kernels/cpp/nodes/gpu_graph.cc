@@ -135,7 +135,7 @@ class Recorded final : public StepGraph {
       check(d.graph_instantiate(&exec_, graph_, 0), "instantiating a step graph");
     } catch (...) {
       d.graph_destroy(graph_);
-      if (positions_) d.free(positions_);
+      if (positions_) d.free_async(positions_, r_.stream);
       throw;
     }
   }
@@ -145,7 +145,7 @@ class Recorded final : public StepGraph {
     auto& d = driver();
     if (exec_) d.graph_exec_destroy(exec_);
     if (graph_) d.graph_destroy(graph_);
-    if (positions_) d.free(positions_);
+    if (positions_) d.free_async(positions_, r_.stream);
   }
 
   bool replay(const uint32_t* tokens, size_t count, const std::vector<ReplayRow>& rows, float* logits,
