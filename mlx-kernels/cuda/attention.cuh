@@ -1,8 +1,8 @@
 // A decode step's attention over each sequence's KV cache, one launch: the
 // step's keys rotated (RoPE) and written with its values into the cache
 // buffers, each query rotated and attended over its visible positions,
-// heads merged as it writes. What the CPU's CachedAttention node does (cpp/nodes/attention.h);
-// part of the module kernels.cu.
+// heads merged as it writes. What the CPU's CachedAttention node does
+// (cpp/nodes/attention.h); part of the module kernels.cu.
 //
 // Arithmetic, f32: RoPE as the CPU node computes it (inverse frequencies
 // exp(-i·ln(base)/half) or 1/freqs, angle (pos·scale)·inv, cosf/sinf);

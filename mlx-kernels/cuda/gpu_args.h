@@ -62,6 +62,20 @@ struct ProductArgs {
   int rows_per_block;
 };
 
+/// Sets a product's launch shape from its input width `k` (a multiple of
+/// 32): one thread per 32-input segment of a row of W, at most
+/// kProductThreads of them (each then over several segments), and as many
+/// whole rows of W per block as fit. The host code that launches the
+/// products (cpp/nodes/gpu.cc, scripts/gpu/product_bench.cu) calls this one
+/// definition; the block is `seg_threads · rows_per_block` threads. Host
+/// code only (NVRTC, which compiles the kernels, takes no host function).
+#ifndef __CUDACC_RTC__
+inline void set_product_shape(ProductArgs& a) {
+  a.seg_threads = a.k / 32 < kProductThreads ? a.k / 32 : kProductThreads;
+  a.rows_per_block = kProductThreads / a.seg_threads;
+}
+#endif
+
 /// Threads of the RMS norm kernel (one block per row).
 constexpr int kNormThreads = 256;
 

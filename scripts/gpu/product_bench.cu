@@ -107,8 +107,7 @@ ProductArgs args(const float* x, int rows, int k, std::initializer_list<GpuWeigh
     ++a.count;
   }
   a.total = a.first_row[a.count];
-  a.seg_threads = std::min(k / 32, kProductThreads);
-  a.rows_per_block = kProductThreads / a.seg_threads;
+  set_product_shape(a);
   return a;
 }
 

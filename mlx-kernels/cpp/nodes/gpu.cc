@@ -275,15 +275,12 @@ ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& i
   return a;
 }
 
-// One thread per segment of 32 inputs of a row of W (fewer, each over
-// several segments, for rows of more than kProductThreads segments), as
-// many whole rows of W per block as fit (products.cuh).
+// The launch shape is gpu_args.h's `set_product_shape` (products.cuh).
 void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, int rows_out, ProductArgs& a) {
   if (a.k % 32 != 0 || a.group % 32 != 0)
     throw std::runtime_error("mlxcel GPU product: inputs (" + std::to_string(a.k) + ") and group size (" +
                              std::to_string(a.group) + ") must be multiples of 32");
-  a.seg_threads = std::min(a.k / 32, kProductThreads);
-  a.rows_per_block = kProductThreads / a.seg_threads;
+  set_product_shape(a);
   dim3 grid((rows_out + a.rows_per_block - 1) / a.rows_per_block, (a.rows + kRowChunk - 1) / kRowChunk);
   add_launch(enc, kernel(expression), grid, dim3(a.seg_threads * a.rows_per_block), a);
 }
@@ -318,10 +315,23 @@ size_t load_module(const uint8_t* cubin, size_t size, const std::string& names) 
 
 bool loaded() { return registry().loaded.load(std::memory_order_acquire); }
 
+namespace {
+
+// Why `bits`-wide codes have no kernel `family<bits, float>` in the loaded
+// module ("" when they have one): the module's kernel names
+// (cuda_kernels.rs BITS) are the one list of the widths it takes. (A module
+// loads only at this runtime's interface version, so every kernel family of
+// that version is there: no check for families older modules lacked.)
+std::string width_unsupported(const char* family, int bits, const char* what) {
+  if (has_kernel(std::string("mlxcel::") + family + "<" + std::to_string(bits) + ", float>")) return "";
+  return std::string("the GPU ") + what + " take 2- to 6- or 8-bit codes, not " + std::to_string(bits);
+}
+
+}  // namespace
+
 std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
-  if (bits < 2 || bits > 8 || bits == 7)
-    return "the GPU kernels take 2- to 6- or 8-bit codes, not " + std::to_string(bits);
+  if (auto why = width_unsupported("product", bits, "kernels"); !why.empty()) return why;
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (rows > kMaxRows) return std::to_string(rows) + " rows is a prompt: MLX's quantized matmul";
   return "";
@@ -478,13 +488,10 @@ void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const 
 
 std::string gather_unsupported(int bits, kern::WeightLayout layout, mx::Dtype ids, size_t count) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
-  if (bits < 2 || bits > 8 || bits == 7)
-    return "the GPU row gather takes 2- to 6- or 8-bit codes, not " + std::to_string(bits);
+  if (auto why = width_unsupported("gather", bits, "row gathers"); !why.empty()) return why;
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (ids != mx::int32 && ids != mx::uint32) return "the GPU row gather takes 32-bit ids";
   if (count > 65535) return std::to_string(count) + " ids are more than one GPU gather launch takes";
-  if (!has_kernel("mlxcel::gather<4, float>"))
-    return "the bundle's GPU module has no row gather (compiled before it existed: compile the bundle again)";
   return "";
 }
 
