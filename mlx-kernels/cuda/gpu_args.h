@@ -9,8 +9,11 @@ namespace mlxcel {
 
 /// Weights one product node may fuse (q, k, v; gate and up).
 constexpr int kMaxGpuWeights = 8;
-/// Rows of x one block applies a weight row to (blockIdx.y picks the chunk).
-constexpr int kRowChunk = 8;
+/// Rows of x one product block applies its rows of W to (blockIdx.y picks
+/// the chunk; gated launches of more rows take kGatedChunk): few, so that
+/// a batch's rows spread over blocks instead of lengthening each thread's
+/// chain of loads (docs/cuda.md "Wide products").
+constexpr int kRowChunk = 2;
 /// The most threads of a product block: `rows_per_block` rows of W of
 /// `seg_threads` threads each (ProductArgs).
 constexpr int kProductThreads = 256;
@@ -60,19 +63,62 @@ struct ProductArgs {
   /// kProductThreads (products.cuh).
   int seg_threads;
   int rows_per_block;
+  /// Rows of W each thread of a plain product takes (1 or kWide), sharing
+  /// its loads of x between them. 0 lets set_product_shape choose. The
+  /// gated kernel takes 1 (of each of its two weights).
+  int wide;
+  /// Rows of x a block takes: kRowChunk, or kGatedChunk for a gated launch
+  /// of more rows (set by set_product_shape).
+  int chunk;
+};
+
+/// Rows of W a thread of a wide plain product takes (ProductArgs::wide).
+constexpr int kWide = 4;
+/// The fewest output rows a plain product of one chunk of x rows takes
+/// wide: a vocabulary projection, not a layer's (whose few blocks would
+/// then leave most multiprocessors idle; docs/cuda.md "Wide products").
+constexpr int kWideMinRows = 8192;
+/// Rows of x a gated block takes when x has more than kRowChunk: a gated
+/// thread has two rows of W (gate and up) to share each load of x with, and
+/// its loads of W then serve more rows of x (docs/cuda.md "Wide products").
+constexpr int kGatedChunk = 8;
+
+/// Which kernel a launch shape is for: `product` (every weight's rows) or
+/// `gated` (the rows of weight 0, each with weight 1's row of that index).
+enum class ProductLaunch { Plain, Gated };
+
+/// A product launch's grid (x: blocks of W rows, y: chunks of x rows) and
+/// block size.
+struct ProductGrid {
+  int blocks_x;
+  int blocks_y;
+  int threads;
 };
 
 /// Sets a product's launch shape from its input width `k` (a multiple of
-/// 32): one thread per 32-input segment of a row of W, at most
-/// kProductThreads of them (each then over several segments), and as many
-/// whole rows of W per block as fit. The host code that launches the
-/// products (cpp/nodes/gpu.cc, scripts/gpu/product_bench.cu) calls this one
-/// definition; the block is `seg_threads · rows_per_block` threads. Host
-/// code only (NVRTC, which compiles the kernels, takes no host function).
+/// 32) and returns its grid: one thread per 32-input segment of a row of W,
+/// at most kProductThreads of them (each then over several segments), as
+/// many whole rows of W per block as fit, and kWide rows of W per thread of
+/// a plain product where W has at least kWideMinRows rows or x more than
+/// kRowChunk (unless `a.wide` was set to 1 or kWide). The host code
+/// that launches the products (cpp/nodes/gpu.cc,
+/// scripts/gpu/product_bench.cu) calls this one definition. Host code only
+/// (NVRTC, which compiles the kernels, takes no host function).
 #ifndef __CUDACC_RTC__
-inline void set_product_shape(ProductArgs& a) {
+inline ProductGrid set_product_shape(ProductArgs& a, ProductLaunch launch) {
   a.seg_threads = a.k / 32 < kProductThreads ? a.k / 32 : kProductThreads;
   a.rows_per_block = kProductThreads / a.seg_threads;
+  const int rows_out = launch == ProductLaunch::Gated ? a.w[0].n : a.total;
+  if (launch == ProductLaunch::Gated) {
+    a.wide = 1;
+    a.chunk = a.rows > kRowChunk ? kGatedChunk : kRowChunk;
+  } else {
+    if (a.wide != 1 && a.wide != kWide) a.wide = a.rows > kRowChunk || rows_out >= kWideMinRows ? kWide : 1;
+    a.chunk = kRowChunk;
+  }
+  const int per_block = a.rows_per_block * a.wide;
+  return ProductGrid{(rows_out + per_block - 1) / per_block, (a.rows + a.chunk - 1) / a.chunk,
+                     a.seg_threads * a.rows_per_block};
 }
 #endif
 

@@ -16,13 +16,26 @@
 // waited on a chain of loads per word; the step's time was load latency,
 // not bandwidth (docs/cuda.md "Wider products").
 //
+// Wide products (docs/cuda.md "Wide products"): for each segment a thread
+// reads 32 inputs (and 32 norm gains) per x row against 8 to 32 bytes of
+// codes, so a vocabulary projection was bound by those L1 reads, not by
+// memory. A thread of a plain product may therefore take `wide` (4) rows
+// of W, loading each x segment once for all of them; the gated kernel's
+// thread takes the same row of gate and up for the same reason. A block
+// takes two rows of x (kRowChunk; a gated one eight when x has more), so
+// a batch's rows spread over blocks rather than lengthening every thread's
+// chain of loads.
+//
 // Arithmetic, f32 throughout: per segment, dot = Σ q_j x_j and xs = Σ x_j
 // over its 32 codes; the sum adds s·dot + b·xs (the affine dequantisation
 // s·q + b distributed over the segment), then the segments in order. Each x
-// row's sums run over the same segments in the same order whatever the
-// number of rows, so a row's result never depends on the rest of its batch
-// (docs/kernels.md "Batch invariance"). MLX's qmv sums differently, so the
-// two agree to f32 rounding (tests/gpu_kernels.rs states the bound).
+// row's sums run over the same segments in the same order, each multiply,
+// add and fused multiply-add written out (none left to the compiler to
+// contract), whatever the number of rows and the launch shape they choose,
+// so a row's result
+// never depends on the rest of its batch (docs/kernels.md "Batch
+// invariance"). MLX's qmv sums differently, so the two agree to f32
+// rounding (tests/gpu_kernels.rs states the bound).
 //
 // An RMS norm prologue (fusion.h `absorb_norm`) costs no pass of its own:
 // the product is linear in x, so x Wᵀ of the normed row is
@@ -136,29 +149,47 @@ __device__ __forceinline__ int weight_of(const ProductArgs& a, int n) {
   return i;
 }
 
-// This thread's running sums of weight w's row r against the chunk's x
-// rows: its segments `first`, `first + step`, ... (and, with Squares, the
-// x rows' sums of squares over the same segments).
-template <int Bits, typename ScaleT, bool Squares>
-__device__ __forceinline__ void segment_sums(const ProductArgs& a, const GpuWeight& w, int r, int first, int step,
-                                             int row0, int rows, float (&acc)[kRowChunk],
-                                             float (&squares)[kRowChunk]) {
+// One row of a weight: its codes, scales and biases.
+template <typename ScaleT>
+struct WeightRow {
+  const unsigned* codes;
+  const ScaleT* scales;
+  const ScaleT* biases;
+};
+
+template <int Bits, typename ScaleT>
+__device__ __forceinline__ WeightRow<ScaleT> weight_row(const ProductArgs& a, const GpuWeight& w, int r) {
+  const long long segments = a.k / kSegment, groups = a.k / a.group;
+  return WeightRow<ScaleT>{w.codes + r * segments * Bits, static_cast<const ScaleT*>(w.scales) + r * groups,
+                           static_cast<const ScaleT*>(w.biases) + r * groups};
+}
+
+// This thread's running sums of the `Wide` weight rows `w` against the
+// chunk's x rows: its segments `first`, `first + step`, ... (and, with
+// Squares, the x rows' sums of squares over the same segments). Each x
+// segment is loaded once for all `Wide` rows. The arithmetic of one weight
+// row and x row is spelled out (no contraction left to the compiler), so it
+// is the same bits whatever `Wide` and `Chunk` a launch takes: a row's
+// result never depends on its batch.
+template <int Bits, typename ScaleT, int Wide, int Chunk, bool Squares>
+__device__ __forceinline__ void segment_sums(const ProductArgs& a, const WeightRow<ScaleT> (&w)[Wide],
+                                             bool vec_codes, int first, int step, int row0, int rows,
+                                             float (&acc)[Wide][Chunk], float (&squares)[Chunk]) {
   const int segments = a.k / kSegment;
-  const int groups = a.k / a.group;
-  const unsigned* codes = w.codes + static_cast<long long>(r) * segments * Bits;
-  const ScaleT* scales = static_cast<const ScaleT*>(w.scales) + static_cast<long long>(r) * groups;
-  const ScaleT* biases = static_cast<const ScaleT*>(w.biases) + static_cast<long long>(r) * groups;
-  const bool vec_codes = aligned(w.codes, segment_load_bytes<Bits>());
   const bool vec_x = aligned(a.x, 16) && (a.ldx & 3) == 0;
   const float* gain = a.norm ? a.norm_weight : nullptr;
   const bool vec_gain = gain && aligned(gain, 16);
   for (int seg = first; seg < segments; seg += step) {
-    unsigned word[Bits];
-    load_words<Bits>(codes + seg * Bits, vec_codes, word);
+    unsigned word[Wide][Bits];
+    float s[Wide], b[Wide];
     const int k0 = seg * kSegment;
     const int g = k0 / a.group;
-    const float s = to_float(scales[g]);
-    const float b = to_float(biases[g]);
+#pragma unroll
+    for (int i = 0; i < Wide; ++i) {
+      load_words<Bits>(w[i].codes + seg * Bits, vec_codes, word[i]);
+      s[i] = to_float(w[i].scales[g]);
+      b[i] = to_float(w[i].biases[g]);
+    }
     float gj[kSegment];
     if (gain) {
       load_floats(gain + k0, vec_gain, gj);
@@ -167,20 +198,25 @@ __device__ __forceinline__ void segment_sums(const ProductArgs& a, const GpuWeig
       for (int j = 0; j < kSegment; ++j) gj[j] = 1.0f;
     }
 #pragma unroll
-    for (int m = 0; m < kRowChunk; ++m) {
+    for (int m = 0; m < Chunk; ++m) {
       if (m < rows) {
         float x[kSegment];
         load_floats(a.x + static_cast<long long>(row0 + m) * a.ldx + k0, vec_x, x);
-        float dot = 0.0f, xs = 0.0f, sq = 0.0f;
+        float xs = 0.0f, sq = 0.0f;
 #pragma unroll
         for (int j = 0; j < kSegment; ++j) {
-          if constexpr (Squares) sq += x[j] * x[j];
-          const float xj = x[j] * gj[j];
-          dot += static_cast<float>(segment_code<Bits>(word, j)) * xj;
-          xs += xj;
+          if constexpr (Squares) sq = __fmaf_rn(x[j], x[j], sq);
+          x[j] = __fmul_rn(x[j], gj[j]);
+          xs = __fadd_rn(xs, x[j]);
         }
-        acc[m] += s * dot + b * xs;
-        if constexpr (Squares) squares[m] += sq;
+#pragma unroll
+        for (int i = 0; i < Wide; ++i) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kSegment; ++j) dot = __fmaf_rn(static_cast<float>(segment_code<Bits>(word[i], j)), x[j], dot);
+          acc[i][m] = __fadd_rn(acc[i][m], __fmaf_rn(s[i], dot, __fmul_rn(b[i], xs)));
+        }
+        if constexpr (Squares) squares[m] = __fadd_rn(squares[m], sq);
       }
     }
   }
@@ -195,14 +231,15 @@ __device__ __forceinline__ long long out_index(const ProductArgs& a, const GpuWe
   return ((static_cast<long long>(b) * w.heads + r / d) * a.seq + l) * d + r % d;
 }
 
-// Shared sums of a block: [thread][x row], padded so that neither the
-// writes (a thread's rows) nor the reads (a row's threads) share banks.
-using BlockSums = float[kProductThreads][kRowChunk + 1];
+// Shared sums of a block: [thread][sum], a thread's sums being its rows of
+// W by its x rows (at most kWide · kRowChunk), padded so that neither the
+// writes (a thread's sums) nor the reads (a row's threads) share banks.
+using BlockSums = float[kProductThreads][kWide * kRowChunk + 1];
 
-// x row m's sum over the segments of the block's row rl, in segment order.
-__device__ __forceinline__ float row_total(const BlockSums& sums, int rl, int threads, int m) {
+// Sum e over the segments of the block's row rl, in segment order.
+__device__ __forceinline__ float row_total(const BlockSums& sums, int rl, int threads, int e) {
   float y = 0.0f;
-  for (int s = 0; s < threads; ++s) y += sums[rl * threads + s][m];
+  for (int s = 0; s < threads; ++s) y += sums[rl * threads + s][e];
   return y;
 }
 
@@ -212,79 +249,131 @@ __device__ __forceinline__ float inverse_rms(const ProductArgs& a, const BlockSu
   return 1.0f / sqrtf(row_total(squares, 0, a.seg_threads, m) * (1.0f / a.k) + a.norm_eps);
 }
 
-// Plain products: outputs of every weight; a block holds rows_per_block
-// rows of all of them concatenated.
+// The sums of a plain product's block with `Wide` rows of W per thread:
+// each thread's [Wide][kRowChunk] sums go to its row of `sums`, the first
+// block row's squares to `squares`. The grid's x picks the block of W
+// rows, its y the chunk of x rows.
+template <int Bits, typename ScaleT, int Wide>
+__device__ __forceinline__ void product_sums(const ProductArgs& a, BlockSums& sums, BlockSums& squares) {
+  const int threads = a.seg_threads;
+  const int rl = threadIdx.x / threads, s = threadIdx.x % threads;
+  const int n0 = (blockIdx.x * a.rows_per_block + rl) * Wide;
+  const int row0 = blockIdx.y * kRowChunk;
+  const int rows = min(kRowChunk, a.rows - row0);
+  float acc[Wide][kRowChunk], sq[kRowChunk];
+#pragma unroll
+  for (int m = 0; m < kRowChunk; ++m) {
+    sq[m] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < Wide; ++i) acc[i][m] = 0.0f;
+  }
+  if (n0 < a.total) {
+    // Rows past the end repeat the last one (their sums are not written).
+    WeightRow<ScaleT> w[Wide];
+    bool vec_codes = true;
+#pragma unroll
+    for (int i = 0; i < Wide; ++i) {
+      const int n = min(n0 + i, a.total - 1);
+      const int wi = weight_of(a, n);
+      w[i] = weight_row<Bits, ScaleT>(a, a.w[wi], n - a.first_row[wi]);
+      vec_codes = vec_codes && aligned(a.w[wi].codes, segment_load_bytes<Bits>());
+    }
+    segment_sums<Bits, ScaleT, Wide, kRowChunk, true>(a, w, vec_codes, s, threads, row0, rows, acc, sq);
+  }
+#pragma unroll
+  for (int i = 0; i < Wide; ++i)
+#pragma unroll
+    for (int m = 0; m < kRowChunk; ++m) sums[threadIdx.x][i * kRowChunk + m] = acc[i][m];
+  if (rl == 0)
+#pragma unroll
+    for (int m = 0; m < kRowChunk; ++m) squares[s][m] = sq[m];
+}
+
+// Plain products: outputs of every weight; a block holds
+// rows_per_block · wide rows of all of them concatenated.
 template <int Bits, typename ScaleT>
 __global__ void product(ProductArgs a) {
   __shared__ BlockSums sums, squares;
-  const int threads = a.seg_threads;
-  const int rl = threadIdx.x / threads, s = threadIdx.x % threads;
-  const int n = blockIdx.x * a.rows_per_block + rl;
+  const int wide = a.wide == kWide ? kWide : 1;
+  if (wide == kWide)
+    product_sums<Bits, ScaleT, kWide>(a, sums, squares);
+  else
+    product_sums<Bits, ScaleT, 1>(a, sums, squares);
+  __syncthreads();
   const int row0 = blockIdx.y * kRowChunk;
   const int rows = min(kRowChunk, a.rows - row0);
-  float acc[kRowChunk], sq[kRowChunk];
-#pragma unroll
-  for (int m = 0; m < kRowChunk; ++m) acc[m] = sq[m] = 0.0f;
-  if (n < a.total) {
-    const int i = weight_of(a, n);
-    segment_sums<Bits, ScaleT, true>(a, a.w[i], n - a.first_row[i], s, threads, row0, rows, acc, sq);
-  }
-#pragma unroll
-  for (int m = 0; m < kRowChunk; ++m) {
-    sums[threadIdx.x][m] = acc[m];
-    if (rl == 0) squares[s][m] = sq[m];
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < a.rows_per_block * kRowChunk; t += blockDim.x) {
-    const int rt = t / kRowChunk, m = t % kRowChunk;
-    const int nt = blockIdx.x * a.rows_per_block + rt;
+  const int per_row = wide * kRowChunk;
+  for (int t = threadIdx.x; t < a.rows_per_block * per_row; t += blockDim.x) {
+    // Sum e of block row rt: the thread's W row e / kRowChunk, x row m.
+    const int rt = t / per_row, e = t % per_row, m = e % kRowChunk;
+    const int nt = (blockIdx.x * a.rows_per_block + rt) * wide + e / kRowChunk;
     if (m >= rows || nt >= a.total) continue;
-    float y = row_total(sums, rt, threads, m);
-    if (a.norm) y *= inverse_rms(a, squares, m);
-    const int i = weight_of(a, nt);
-    const GpuWeight& w = a.w[i];
-    const int r = nt - a.first_row[i];
-    if (a.residual) y += a.residual[static_cast<long long>(row0 + m) * w.n + r];
+    float y = row_total(sums, rt, a.seg_threads, e);
+    if (a.norm) y = __fmul_rn(y, inverse_rms(a, squares, m));
+    const int wi = weight_of(a, nt);
+    const GpuWeight& w = a.w[wi];
+    const int r = nt - a.first_row[wi];
+    if (a.residual) y = __fadd_rn(y, a.residual[static_cast<long long>(row0 + m) * w.n + r]);
     w.out[out_index(a, w, row0 + m, r)] = y;
   }
 }
 
+// The sums of a gated block with `Chunk` rows of x: each thread's gate and
+// up sums go to its row of `gate` and `up`, the first block row's squares
+// to `squares`.
+template <int Bits, typename ScaleT, int Chunk>
+__device__ __forceinline__ void gated_sums(const ProductArgs& a, BlockSums& gate, BlockSums& up,
+                                           BlockSums& squares) {
+  static_assert(Chunk <= kWide * kRowChunk, "a thread's sums fit a row of BlockSums");
+  const int threads = a.seg_threads;
+  const int rl = threadIdx.x / threads, s = threadIdx.x % threads;
+  const int r = blockIdx.x * a.rows_per_block + rl;
+  const int row0 = blockIdx.y * Chunk;
+  const int rows = min(Chunk, a.rows - row0);
+  float acc[2][Chunk], sq[Chunk];
+#pragma unroll
+  for (int m = 0; m < Chunk; ++m) acc[0][m] = acc[1][m] = sq[m] = 0.0f;
+  if (r < a.w[0].n) {
+    const WeightRow<ScaleT> w[2] = {weight_row<Bits, ScaleT>(a, a.w[0], r), weight_row<Bits, ScaleT>(a, a.w[1], r)};
+    const bool vec_codes =
+        aligned(a.w[0].codes, segment_load_bytes<Bits>()) && aligned(a.w[1].codes, segment_load_bytes<Bits>());
+    segment_sums<Bits, ScaleT, 2, Chunk, true>(a, w, vec_codes, s, threads, row0, rows, acc, sq);
+  }
+#pragma unroll
+  for (int m = 0; m < Chunk; ++m) {
+    gate[threadIdx.x][m] = acc[0][m];
+    up[threadIdx.x][m] = acc[1][m];
+    if (rl == 0) squares[s][m] = sq[m];
+  }
+}
+
 // act(x Gᵀ) ⊙ (x Uᵀ): weight 0 the gate, weight 1 the up projection; a
-// block holds rows_per_block rows of both.
+// block holds rows_per_block rows of both, each thread the same row of the
+// two (sharing its loads of x), and `a.chunk` rows of x (the grid as the
+// plain product's).
 template <int Bits, typename ScaleT, int Act>
 __global__ void gated(ProductArgs a) {
   __shared__ BlockSums gate_sums, up_sums, squares;
-  const int threads = a.seg_threads;
-  const int rl = threadIdx.x / threads, s = threadIdx.x % threads;
-  const int n = a.w[0].n;
-  const int r = blockIdx.x * a.rows_per_block + rl;
-  const int row0 = blockIdx.y * kRowChunk;
-  const int rows = min(kRowChunk, a.rows - row0);
-  float g[kRowChunk], u[kRowChunk], sq[kRowChunk], unused[kRowChunk];
-#pragma unroll
-  for (int m = 0; m < kRowChunk; ++m) g[m] = u[m] = sq[m] = 0.0f;
-  if (r < n) {
-    segment_sums<Bits, ScaleT, true>(a, a.w[0], r, s, threads, row0, rows, g, sq);
-    segment_sums<Bits, ScaleT, false>(a, a.w[1], r, s, threads, row0, rows, u, unused);
-  }
-#pragma unroll
-  for (int m = 0; m < kRowChunk; ++m) {
-    gate_sums[threadIdx.x][m] = g[m];
-    up_sums[threadIdx.x][m] = u[m];
-    if (rl == 0) squares[s][m] = sq[m];
-  }
+  const int chunk = a.chunk == kGatedChunk ? kGatedChunk : kRowChunk;
+  if (chunk == kGatedChunk)
+    gated_sums<Bits, ScaleT, kGatedChunk>(a, gate_sums, up_sums, squares);
+  else
+    gated_sums<Bits, ScaleT, kRowChunk>(a, gate_sums, up_sums, squares);
   __syncthreads();
-  for (int t = threadIdx.x; t < a.rows_per_block * kRowChunk; t += blockDim.x) {
-    const int rt = t / kRowChunk, m = t % kRowChunk;
+  const int n = a.w[0].n;
+  const int row0 = blockIdx.y * chunk;
+  const int rows = min(chunk, a.rows - row0);
+  for (int t = threadIdx.x; t < a.rows_per_block * chunk; t += blockDim.x) {
+    const int rt = t / chunk, m = t % chunk;
     const int nt = blockIdx.x * a.rows_per_block + rt;
     if (m >= rows || nt >= n) continue;
-    float gy = row_total(gate_sums, rt, threads, m), uy = row_total(up_sums, rt, threads, m);
+    float gy = row_total(gate_sums, rt, a.seg_threads, m), uy = row_total(up_sums, rt, a.seg_threads, m);
     if (a.norm) {
       const float scale = inverse_rms(a, squares, m);
-      gy *= scale;
-      uy *= scale;
+      gy = __fmul_rn(gy, scale);
+      uy = __fmul_rn(uy, scale);
     }
-    a.w[0].out[static_cast<long long>(row0 + m) * n + nt] = activate<Act>(gy) * uy;
+    a.w[0].out[static_cast<long long>(row0 + m) * n + nt] = __fmul_rn(activate<Act>(gy), uy);
   }
 }
 

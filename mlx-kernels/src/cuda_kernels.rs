@@ -28,7 +28,9 @@ pub const MODULE: &str = "mlxcel_kernels";
 /// launched with another version's shapes would compute garbage. Bump it
 /// with any such change. 2 (2026-12-06): products take a thread per 32-input
 /// segment; the attention writes the cache itself (no `rope_write`).
-pub const ABI: u32 = 2;
+/// 3 (2026-12-06): plain products may take four rows of W a thread, and a
+/// block two rows of x (or eight, gated) (`ProductArgs::wide`, `chunk`).
+pub const ABI: u32 = 3;
 
 /// The module's CUDA source, and the headers it includes (handed to NVRTC
 /// in memory): the argument layout the host code shares, the products, the

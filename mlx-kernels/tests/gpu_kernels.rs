@@ -148,6 +148,24 @@ fn heads_residual_and_gates() {
     }
 }
 
+/// `f` of each row `rows` of x alone (x `[1, 1, k]`) gives the bits the row
+/// gets in the batch of x's first `batch` rows (`[batch, 1, k]`).
+fn same_bits_alone_and_in_a_batch(
+    what: &str,
+    x: &[f32],
+    k: usize,
+    batch: usize,
+    rows: &[usize],
+    f: impl Fn(&Array) -> Vec<f32>,
+) {
+    let together = f(&arr(&x[..batch * k], &[batch as i32, 1, k as i32]));
+    let n = together.len() / batch;
+    for &r in rows {
+        let alone = f(&arr(&x[r * k..(r + 1) * k], &[1, 1, k as i32]));
+        assert_eq!(alone, together[r * n..(r + 1) * n], "{what} row {r}");
+    }
+}
+
 #[test]
 fn a_row_gets_the_same_bits_alone_and_in_a_batch() {
     load();
@@ -155,24 +173,27 @@ fn a_row_gets_the_same_bits_alone_and_in_a_batch() {
     let k = 576usize;
     let q = quantized(&mut rng, 1536, k, 32, 4, Dtype::BF16);
     let data = normal(&mut rng, 16 * k);
-    let batch = fast::on(Path::Kernel).quantized_linear(&arr(&data, &[16, 1, k as i32]), &q).unwrap();
-    let batch = vals(&batch);
-    for r in [0usize, 7, 8, 15] {
-        let alone = arr(&data[r * k..(r + 1) * k], &[1, 1, k as i32]);
-        let alone = vals(&fast::on(Path::Kernel).quantized_linear(&alone, &q).unwrap());
-        assert_eq!(alone, batch[r * 1536..(r + 1) * 1536], "row {r}");
-    }
+    let kernel = || fast::on(Path::Kernel);
+    // Alone, a thread takes one row of W; in the batch of 16, four.
+    same_bits_alone_and_in_a_batch("plain", &data, k, 16, &[0, 7, 8, 15], |x| {
+        vals(&kernel().quantized_linear(x, &q).unwrap())
+    });
     // The same with an RMS norm folded into the product.
     let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
-    let normed = |x: &Array| {
-        let kernel = fast::on(Path::Kernel);
-        vals(&kernel.quantized_linear(&kernel.rms_norm(x, Some(&norm), 1e-5).unwrap(), &q).unwrap())
-    };
-    let batch = normed(&arr(&data, &[16, 1, k as i32]));
-    for r in [0usize, 7, 8, 15] {
-        let alone = normed(&arr(&data[r * k..(r + 1) * k], &[1, 1, k as i32]));
-        assert_eq!(alone, batch[r * 1536..(r + 1) * 1536], "normed row {r}");
-    }
+    same_bits_alone_and_in_a_batch("normed", &data, k, 16, &[0, 7, 8, 15], |x| {
+        vals(&kernel().quantized_linear(&kernel().rms_norm(x, Some(&norm), 1e-5).unwrap(), &q).unwrap())
+    });
+    // The gated MLP: a batch of 16 takes eight rows of x a block, one row two.
+    let up = quantized(&mut rng, 1536, k, 32, 4, Dtype::BF16);
+    same_bits_alone_and_in_a_batch("gated", &data, k, 16, &[0, 7, 8, 15], |x| {
+        vals(&kernel().quantized_gated_linear(x, &q, &up, GateActivation::Silu).unwrap())
+    });
+    // A vocabulary-sized product takes four rows of W a thread even for one
+    // row of x; row 2 of a batch of three is in its second block of x rows.
+    let vocab = quantized(&mut rng, 8192, k, 64, 8, Dtype::F16);
+    same_bits_alone_and_in_a_batch("vocabulary", &data, k, 3, &[0, 2], |x| {
+        vals(&kernel().quantized_linear(x, &vocab).unwrap())
+    });
 }
 
 #[test]

@@ -8,16 +8,23 @@
 // an f64 reference on the host. docs/cuda.md "Wider products".
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o product_bench scripts/gpu/product_bench.cu
-//   ./product_bench [rows=1] [replays=200]
+//   ./product_bench [rows=1] [replays=200] [wide=0]
+//
+// `wide` forces the rows of W a thread of a plain product takes (1 or 4;
+// 0: what the runtime's set_product_shape chooses).
 //
 // The shapes are SmolLM2-135M's (576 wide, 1536 MLP, 9 and 3 heads of 64,
 // 30 layers, 4-bit groups of 32 with f16 scales, an 8-bit vocabulary of
-// 49152): what the bundle of the package's Q4_1 GGUF runs.
+// 49152): what the bundle of the package's Q4_1 GGUF runs; then Gemma 3
+// 270M's 6-bit vocabulary projection (262144 x 640) alone.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -77,10 +84,14 @@ struct Matrix {
     d_biases = upload(biases);
   }
 
+  // Code (r, c) of the row's little-endian bit stream (a 3-, 5- or 6-bit
+  // code may straddle two words).
   double at(int r, int c) const {
-    const int per_word = 32 / bits;
-    const unsigned w = codes[(static_cast<size_t>(r) * k + c) / per_word];
-    const unsigned q = (w >> (bits * (c % per_word))) & ((1u << bits) - 1u);
+    const size_t bit = (static_cast<size_t>(r) * k + c) * bits;
+    const size_t word = bit / 32, shift = bit % 32;
+    uint64_t w = codes[word];
+    if (shift + bits > 32) w |= static_cast<uint64_t>(codes[word + 1]) << 32;
+    const unsigned q = static_cast<unsigned>(w >> shift) & ((1u << bits) - 1u);
     const size_t g = (static_cast<size_t>(r) * k + c) / kGroup;
     return static_cast<double>(__half2float(scales[g])) * q + __half2float(biases[g]);
   }
@@ -107,12 +118,19 @@ ProductArgs args(const float* x, int rows, int k, std::initializer_list<GpuWeigh
     ++a.count;
   }
   a.total = a.first_row[a.count];
-  set_product_shape(a);
   return a;
 }
 
-dim3 grid(const ProductArgs& a, int rows_out) {
-  return dim3((rows_out + a.rows_per_block - 1) / a.rows_per_block, (a.rows + kRowChunk - 1) / kRowChunk);
+// The rows of W each thread of a plain product takes (0: as the runtime
+// chooses; the third argument of the command line).
+int g_wide = 0;
+
+// The launch shape of `a` (gpu_args.h, as the runtime launches it), with
+// `g_wide` for plain products.
+std::pair<dim3, dim3> shape(ProductArgs& a, ProductLaunch launch) {
+  a.wide = g_wide;
+  const ProductGrid g = set_product_shape(a, launch);
+  return {dim3(g.blocks_x, g.blocks_y), dim3(g.threads)};
 }
 
 void with_norm(ProductArgs& a, const float* gain) {
@@ -121,14 +139,21 @@ void with_norm(ProductArgs& a, const float* gain) {
   a.norm_weight = gain;
 }
 
-void product_launch(const ProductArgs& a, cudaStream_t s) {
-  product<4, __half><<<grid(a, a.total), a.seg_threads * a.rows_per_block, 0, s>>>(a);
+void product_launch(ProductArgs& a, cudaStream_t s) {
+  auto [grid, block] = shape(a, ProductLaunch::Plain);
+  product<4, __half><<<grid, block, 0, s>>>(a);
 }
-void product8_launch(const ProductArgs& a, cudaStream_t s) {
-  product<8, __half><<<grid(a, a.total), a.seg_threads * a.rows_per_block, 0, s>>>(a);
+void product8_launch(ProductArgs& a, cudaStream_t s) {
+  auto [grid, block] = shape(a, ProductLaunch::Plain);
+  product<8, __half><<<grid, block, 0, s>>>(a);
 }
-void gated_launch(const ProductArgs& a, cudaStream_t s) {
-  gated<4, __half, kActSilu><<<grid(a, a.w[0].n), a.seg_threads * a.rows_per_block, 0, s>>>(a);
+void product6_launch(ProductArgs& a, cudaStream_t s) {
+  auto [grid, block] = shape(a, ProductLaunch::Plain);
+  product<6, __half><<<grid, block, 0, s>>>(a);
+}
+void gated_launch(ProductArgs& a, cudaStream_t s) {
+  auto [grid, block] = shape(a, ProductLaunch::Gated);
+  gated<4, __half, kActSilu><<<grid, block, 0, s>>>(a);
 }
 
 // The f64 reference of x Wᵀ for x rows [rows, k], normed first with `gain`
@@ -171,9 +196,11 @@ double relative_error(const std::vector<float>& got, const std::vector<double>& 
 int main(int argc, char** argv) {
   const int rows = argc > 1 ? std::atoi(argv[1]) : 1;
   const int replays = argc > 2 ? std::atoi(argv[2]) : 200;
+  g_wide = argc > 3 ? std::atoi(argv[3]) : 0;
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d SMs; %d x rows, %d replays\n", prop.name, prop.multiProcessorCount, rows, replays);
+  std::printf("%s, %d SMs; %d x rows, %d replays, wide %d (0: the runtime's choice)\n", prop.name,
+              prop.multiProcessorCount, rows, replays, g_wide);
 
   std::vector<Layer> layers(kLayers);
   Matrix head(kVocab, kHidden, 8);
@@ -192,7 +219,7 @@ int main(int argc, char** argv) {
   struct Kind {
     const char* name;
     std::vector<ProductArgs> launches;
-    void (*launch)(const ProductArgs&, cudaStream_t);
+    void (*launch)(ProductArgs&, cudaStream_t);
     double bytes;  // weights read per launch
   };
   auto matrix_bytes = [](const Matrix& m) { return m.codes.size() * 4.0 + m.scales.size() * 4.0; };
@@ -268,6 +295,30 @@ int main(int argc, char** argv) {
   check("vocabulary, norm folded", download(logits, static_cast<size_t>(rows) * kVocab),
         reference(x_h, rows, head, &gain_h));
 
+  // Batch invariance across launch shapes: each row's bits are the same
+  // whatever rows of W a thread takes.
+  {
+    const int chosen = g_wide;
+    std::vector<float> first;
+    bool same = true;
+    for (int wide : {1, kWide}) {
+      g_wide = wide;
+      vocab.launch(vocab.launches[0], s);
+      qkv.launch(qkv.launches[0], s);
+      CHECK(cudaStreamSynchronize(s));
+      auto got = download(logits, static_cast<size_t>(rows) * kVocab);
+      const auto qs = download(q, rows * kHeads * kHeadDim);
+      got.insert(got.end(), qs.begin(), qs.end());
+      if (first.empty())
+        first = got;
+      else
+        same = same && std::memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0;
+    }
+    g_wide = chosen;
+    ok = ok && same;
+    std::printf("  %-28s %s\n", "wide 1 and 4", same ? "bit-identical ok" : "DIFFER (FAILED)");
+  }
+
   // Timing: each kind's launches alone (30 per replay, the vocabulary 30
   // times too), then a whole step's in layer order.
   auto time_graph = [&](auto&& issue) {
@@ -313,6 +364,30 @@ int main(int argc, char** argv) {
   });
   std::printf("a step's %d products in one graph: %.1f us (the kinds summed: %.1f us)\n", 4 * kLayers + 1, step,
               summed);
+
+  // Gemma 3 270M's vocabulary projection (its tied 6-bit embedding of its
+  // Q4_K_M bundle, 262144 x 640: more than the L2 cache holds), alone.
+  {
+    constexpr int kGemmaVocab = 262144, kGemmaHidden = 640;
+    Matrix gemma(kGemmaVocab, kGemmaHidden, 6);
+    const auto gemma_gain_h = normal(kGemmaHidden, 1.0f, 0.1f);
+    const auto gemma_x_h = normal(static_cast<size_t>(rows) * kGemmaHidden);
+    const float* gemma_gain = upload(gemma_gain_h);
+    const float* gemma_x = upload(gemma_x_h);
+    float* out = scratch(static_cast<size_t>(rows) * kGemmaVocab);
+    auto a = args(gemma_x, rows, kGemmaHidden, {gemma.weight(out)});
+    with_norm(a, gemma_gain);
+    product6_launch(a, s);
+    CHECK(cudaStreamSynchronize(s));
+    // The first x row only (the reference of 32 rows takes the host a while).
+    const std::vector<float> x0(gemma_x_h.begin(), gemma_x_h.begin() + kGemmaHidden);
+    check("Gemma 3 vocabulary, x row 0", download(out, kGemmaVocab), reference(x0, 1, gemma, &gemma_gain_h));
+    const double us = time_graph([&] {
+      for (int i = 0; i < 10; ++i) product6_launch(a, s);
+    }) / 10;
+    std::printf("Gemma 3 vocabulary (6-bit, 262144 x 640): %.2f us a launch, %.1f GB/s\n", us,
+                matrix_bytes(gemma) / us / 1e3);
+  }
   std::printf("%s\n", ok ? "all within bounds" : "SOME FAILED");
   return ok ? 0 : 1;
 }

@@ -179,8 +179,13 @@ void allocate(array& a, mx::cu::CommandEncoder& enc) { a.set_data(OutputMemory::
 struct Registry {
   std::mutex mutex;
   std::unordered_map<std::string, CUfunction> kernels;
-  // Read on every graph-building call of ops.cc: no lock for it.
+  // Read on every graph-building call of ops.cc: no lock for these.
   std::atomic<bool> loaded{false};
+  // Bit b set: the module has `mlxcel::product<b, float>` (resp. gather),
+  // derived once from the kernel names at load, so the per-node checks of
+  // ops.cc cost a load and a test.
+  std::atomic<uint32_t> product_widths{0};
+  std::atomic<uint32_t> gather_widths{0};
 };
 
 Registry& registry() {
@@ -192,12 +197,6 @@ const char* scale_type(mx::Dtype d) {
   if (d == mx::float16) return "__half";
   if (d == mx::bfloat16) return "__nv_bfloat16";
   return "float";
-}
-
-bool has_kernel(const std::string& expression) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  return r.kernels.count(expression) != 0;
 }
 
 CUfunction kernel(const std::string& expression) {
@@ -276,13 +275,23 @@ ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& i
 }
 
 // The launch shape is gpu_args.h's `set_product_shape` (products.cuh).
-void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, int rows_out, ProductArgs& a) {
+void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, ProductLaunch launch, ProductArgs& a) {
   if (a.k % 32 != 0 || a.group % 32 != 0)
     throw std::runtime_error("mlxcel GPU product: inputs (" + std::to_string(a.k) + ") and group size (" +
                              std::to_string(a.group) + ") must be multiples of 32");
-  set_product_shape(a);
-  dim3 grid((rows_out + a.rows_per_block - 1) / a.rows_per_block, (a.rows + kRowChunk - 1) / kRowChunk);
-  add_launch(enc, kernel(expression), grid, dim3(a.seg_threads * a.rows_per_block), a);
+  const ProductGrid g = set_product_shape(a, launch);
+  add_launch(enc, kernel(expression), dim3(g.blocks_x, g.blocks_y), dim3(g.threads), a);
+}
+
+// The code widths `family` has kernels for among `kernels` (bit b: the
+// module has `mlxcel::family<b, float>`): the module's kernel names
+// (cuda_kernels.rs BITS) are the one list of the widths it takes.
+uint32_t code_widths(const std::unordered_map<std::string, CUfunction>& kernels, const char* family) {
+  uint32_t widths = 0;
+  for (int bits = 1; bits < 32; ++bits)
+    if (kernels.count(std::string("mlxcel::") + family + "<" + std::to_string(bits) + ", float>") != 0)
+      widths |= 1u << bits;
+  return widths;
 }
 
 }  // namespace
@@ -308,6 +317,8 @@ size_t load_module(const uint8_t* cubin, size_t size, const std::string& names) 
   }
   auto& r = registry();
   std::lock_guard lock(r.mutex);
+  r.product_widths.store(code_widths(found, "product"), std::memory_order_relaxed);
+  r.gather_widths.store(code_widths(found, "gather"), std::memory_order_relaxed);
   r.kernels = std::move(found);
   r.loaded.store(true, std::memory_order_release);
   return r.kernels.size();
@@ -317,13 +328,12 @@ bool loaded() { return registry().loaded.load(std::memory_order_acquire); }
 
 namespace {
 
-// Why `bits`-wide codes have no kernel `family<bits, float>` in the loaded
-// module ("" when they have one): the module's kernel names
-// (cuda_kernels.rs BITS) are the one list of the widths it takes. (A module
-// loads only at this runtime's interface version, so every kernel family of
-// that version is there: no check for families older modules lacked.)
-std::string width_unsupported(const char* family, int bits, const char* what) {
-  if (has_kernel(std::string("mlxcel::") + family + "<" + std::to_string(bits) + ", float>")) return "";
+// Why `bits`-wide codes have no kernel in the loaded module ("" when they
+// have one), given the family's width bitmask (Registry). (A module loads
+// only at this runtime's interface version, so every kernel family of that
+// version is there: no check for families older modules lacked.)
+std::string width_unsupported(const std::atomic<uint32_t>& widths, int bits, const char* what) {
+  if (bits > 0 && bits < 32 && (widths.load(std::memory_order_relaxed) >> bits & 1u) != 0) return "";
   return std::string("the GPU ") + what + " take 2- to 6- or 8-bit codes, not " + std::to_string(bits);
 }
 
@@ -331,7 +341,7 @@ std::string width_unsupported(const char* family, int bits, const char* what) {
 
 std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
-  if (auto why = width_unsupported("product", bits, "kernels"); !why.empty()) return why;
+  if (auto why = width_unsupported(registry().product_widths, bits, "kernels"); !why.empty()) return why;
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (rows > kMaxRows) return std::to_string(rows) + " rows is a prompt: MLX's quantized matmul";
   return "";
@@ -354,7 +364,7 @@ void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<array
   const auto dtype = inputs[spec.weight_input(0) + 1].dtype();
   add_node(enc,
            "mlxcel::product<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ">",
-           a.total, a);
+           ProductLaunch::Plain, a);
 }
 
 void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& inputs, array& out) {
@@ -369,7 +379,7 @@ void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& i
   add_node(enc,
            "mlxcel::gated<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ", " +
                std::to_string(act) + ">",
-           a.w[0].n, a);
+           ProductLaunch::Gated, a);
 }
 
 void allocate_output(mx::Stream s, array& a) { allocate(a, mx::cu::get_command_encoder(s)); }
@@ -488,7 +498,7 @@ void eval_cached_attention(mx::Stream s, const CachedAttentionSpec& spec, const 
 
 std::string gather_unsupported(int bits, kern::WeightLayout layout, mx::Dtype ids, size_t count) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
-  if (auto why = width_unsupported("gather", bits, "row gathers"); !why.empty()) return why;
+  if (auto why = width_unsupported(registry().gather_widths, bits, "row gathers"); !why.empty()) return why;
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
   if (ids != mx::int32 && ids != mx::uint32) return "the GPU row gather takes 32-bit ids";
   if (count > 65535) return std::to_string(count) + " ids are more than one GPU gather launch takes";
