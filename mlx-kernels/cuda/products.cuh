@@ -32,9 +32,8 @@
 // row's sums run over the same segments in the same order, each multiply,
 // add and fused multiply-add written out (none left to the compiler to
 // contract), whatever the number of rows and the launch shape they choose,
-// so a row's result
-// never depends on the rest of its batch (docs/kernels.md "Batch
-// invariance"). MLX's qmv sums differently, so the two agree to f32
+// so a row's result never depends on the rest of its batch (docs/kernels.md
+// "Batch invariance"). MLX's qmv sums differently, so the two agree to f32
 // rounding (tests/gpu_kernels.rs states the bound).
 //
 // An RMS norm prologue (fusion.h `absorb_norm`) costs no pass of its own:
@@ -213,7 +212,8 @@ __device__ __forceinline__ void segment_sums(const ProductArgs& a, const WeightR
         for (int i = 0; i < Wide; ++i) {
           float dot = 0.0f;
 #pragma unroll
-          for (int j = 0; j < kSegment; ++j) dot = __fmaf_rn(static_cast<float>(segment_code<Bits>(word[i], j)), x[j], dot);
+          for (int j = 0; j < kSegment; ++j)
+            dot = __fmaf_rn(static_cast<float>(segment_code<Bits>(word[i], j)), x[j], dot);
           acc[i][m] = __fadd_rn(acc[i][m], __fmaf_rn(s[i], dot, __fmul_rn(b[i], xs)));
         }
         if constexpr (Squares) squares[m] = __fadd_rn(squares[m], sq);

@@ -139,17 +139,10 @@ void with_norm(ProductArgs& a, const float* gain) {
   a.norm_weight = gain;
 }
 
+template <int Bits>
 void product_launch(ProductArgs& a, cudaStream_t s) {
   auto [grid, block] = shape(a, ProductLaunch::Plain);
-  product<4, __half><<<grid, block, 0, s>>>(a);
-}
-void product8_launch(ProductArgs& a, cudaStream_t s) {
-  auto [grid, block] = shape(a, ProductLaunch::Plain);
-  product<8, __half><<<grid, block, 0, s>>>(a);
-}
-void product6_launch(ProductArgs& a, cudaStream_t s) {
-  auto [grid, block] = shape(a, ProductLaunch::Plain);
-  product<6, __half><<<grid, block, 0, s>>>(a);
+  product<Bits, __half><<<grid, block, 0, s>>>(a);
 }
 void gated_launch(ProductArgs& a, cudaStream_t s) {
   auto [grid, block] = shape(a, ProductLaunch::Gated);
@@ -223,9 +216,9 @@ int main(int argc, char** argv) {
     double bytes;  // weights read per launch
   };
   auto matrix_bytes = [](const Matrix& m) { return m.codes.size() * 4.0 + m.scales.size() * 4.0; };
-  Kind qkv{"q/k/v, norm folded", {}, product_launch, 0}, o{"o + residual", {}, product_launch, 0},
-      mlp_kind{"gate and up, norm folded", {}, gated_launch, 0}, down{"down + residual", {}, product_launch, 0},
-      vocab{"vocabulary (8-bit)", {}, product8_launch, 0};
+  Kind qkv{"q/k/v, norm folded", {}, product_launch<4>, 0}, o{"o + residual", {}, product_launch<4>, 0},
+      mlp_kind{"gate and up, norm folded", {}, gated_launch, 0}, down{"down + residual", {}, product_launch<4>, 0},
+      vocab{"vocabulary (8-bit)", {}, product_launch<8>, 0};
   for (auto& l : layers) {
     auto a = args(x, rows, kHidden, {l.q.weight(q, kHeads), l.k.weight(k, kKvHeads), l.v.weight(v, kKvHeads)});
     with_norm(a, gain);
@@ -377,13 +370,13 @@ int main(int argc, char** argv) {
     float* out = scratch(static_cast<size_t>(rows) * kGemmaVocab);
     auto a = args(gemma_x, rows, kGemmaHidden, {gemma.weight(out)});
     with_norm(a, gemma_gain);
-    product6_launch(a, s);
+    product_launch<6>(a, s);
     CHECK(cudaStreamSynchronize(s));
     // The first x row only (the reference of 32 rows takes the host a while).
     const std::vector<float> x0(gemma_x_h.begin(), gemma_x_h.begin() + kGemmaHidden);
     check("Gemma 3 vocabulary, x row 0", download(out, kGemmaVocab), reference(x0, 1, gemma, &gemma_gain_h));
     const double us = time_graph([&] {
-      for (int i = 0; i < 10; ++i) product6_launch(a, s);
+      for (int i = 0; i < 10; ++i) product_launch<6>(a, s);
     }) / 10;
     std::printf("Gemma 3 vocabulary (6-bit, 262144 x 640): %.2f us a launch, %.1f GB/s\n", us,
                 matrix_bytes(gemma) / us / 1e3);
