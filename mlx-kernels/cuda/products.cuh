@@ -290,23 +290,21 @@ __device__ __forceinline__ void product_sums(const ProductArgs& a, BlockSums& su
 }
 
 // Plain products: outputs of every weight; a block holds
-// rows_per_block · wide rows of all of them concatenated.
-template <int Bits, typename ScaleT>
+// rows_per_block · Wide rows of all of them concatenated. One kernel per
+// Wide (the `a.wide` set_product_shape chose), so each takes the registers
+// of its own path only (docs/cuda.md "Kernels per launch shape").
+template <int Bits, typename ScaleT, int Wide>
 __global__ void product(ProductArgs a) {
   __shared__ BlockSums sums, squares;
-  const int wide = a.wide == kWide ? kWide : 1;
-  if (wide == kWide)
-    product_sums<Bits, ScaleT, kWide>(a, sums, squares);
-  else
-    product_sums<Bits, ScaleT, 1>(a, sums, squares);
+  product_sums<Bits, ScaleT, Wide>(a, sums, squares);
   __syncthreads();
   const int row0 = blockIdx.y * kRowChunk;
   const int rows = min(kRowChunk, a.rows - row0);
-  const int per_row = wide * kRowChunk;
+  const int per_row = Wide * kRowChunk;
   for (int t = threadIdx.x; t < a.rows_per_block * per_row; t += blockDim.x) {
     // Sum e of block row rt: the thread's W row e / kRowChunk, x row m.
     const int rt = t / per_row, e = t % per_row, m = e % kRowChunk;
-    const int nt = (blockIdx.x * a.rows_per_block + rt) * wide + e / kRowChunk;
+    const int nt = (blockIdx.x * a.rows_per_block + rt) * Wide + e / kRowChunk;
     if (m >= rows || nt >= a.total) continue;
     float y = row_total(sums, rt, a.seg_threads, e);
     if (a.norm) y = __fmul_rn(y, inverse_rms(a, squares, m));
@@ -349,22 +347,18 @@ __device__ __forceinline__ void gated_sums(const ProductArgs& a, BlockSums& gate
 
 // act(x Gᵀ) ⊙ (x Uᵀ): weight 0 the gate, weight 1 the up projection; a
 // block holds rows_per_block rows of both, each thread the same row of the
-// two (sharing its loads of x), and `a.chunk` rows of x (the grid as the
-// plain product's).
-template <int Bits, typename ScaleT, int Act>
+// two (sharing its loads of x), and Chunk rows of x (the `a.chunk`
+// set_product_shape chose; the grid as the plain product's).
+template <int Bits, typename ScaleT, int Act, int Chunk>
 __global__ void gated(ProductArgs a) {
   __shared__ BlockSums gate_sums, up_sums, squares;
-  const int chunk = a.chunk == kGatedChunk ? kGatedChunk : kRowChunk;
-  if (chunk == kGatedChunk)
-    gated_sums<Bits, ScaleT, kGatedChunk>(a, gate_sums, up_sums, squares);
-  else
-    gated_sums<Bits, ScaleT, kRowChunk>(a, gate_sums, up_sums, squares);
+  gated_sums<Bits, ScaleT, Chunk>(a, gate_sums, up_sums, squares);
   __syncthreads();
   const int n = a.w[0].n;
-  const int row0 = blockIdx.y * chunk;
-  const int rows = min(chunk, a.rows - row0);
-  for (int t = threadIdx.x; t < a.rows_per_block * chunk; t += blockDim.x) {
-    const int rt = t / chunk, m = t % chunk;
+  const int row0 = blockIdx.y * Chunk;
+  const int rows = min(Chunk, a.rows - row0);
+  for (int t = threadIdx.x; t < a.rows_per_block * Chunk; t += blockDim.x) {
+    const int rt = t / Chunk, m = t % Chunk;
     const int nt = blockIdx.x * a.rows_per_block + rt;
     if (m >= rows || nt >= n) continue;
     float gy = row_total(gate_sums, rt, a.seg_threads, m), uy = row_total(up_sums, rt, a.seg_threads, m);

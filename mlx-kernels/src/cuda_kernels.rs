@@ -30,7 +30,9 @@ pub const MODULE: &str = "mlxcel_kernels";
 /// segment; the attention writes the cache itself (no `rope_write`).
 /// 3 (2026-12-06): plain products may take four rows of W a thread, and a
 /// block two rows of x (or eight, gated) (`ProductArgs::wide`, `chunk`).
-pub const ABI: u32 = 3;
+/// 4 (2026-12-06): those shapes are kernels of their own (the `WIDE` of
+/// `product`, the `CHUNK` of `gated`), each with the registers it needs.
+pub const ABI: u32 = 4;
 
 /// The module's CUDA source, and the headers it includes (handed to NVRTC
 /// in memory): the argument layout the host code shares, the products, the
@@ -58,20 +60,32 @@ pub const ACTIVATIONS: [u32; 2] = [1, 2];
 /// of a cache buffer that cannot be written in place).
 pub const ATTENTION_KERNELS: [&str; 2] = ["mlxcel::cached_attention", "mlxcel::copy_floats"];
 
+/// Rows of W a thread of a plain product takes: one, or `kWide` (a
+/// vocabulary projection, a batch), as `gpu_args.h` defines them.
+pub const PRODUCT_WIDTHS: [u32; 2] = [1, 4];
+
+/// Rows of x a block of a gated product takes: `kRowChunk` (a decode step),
+/// `kGatedChunk` (a batch), as `gpu_args.h` defines them.
+pub const GATED_CHUNKS: [u32; 2] = [2, 8];
+
 /// The RMS norm kernel (norms no product absorbs; with or without a residual).
 pub const NORM_KERNEL: &str = "mlxcel::rms_norm";
 
 /// Every kernel's name expression, as `cpp/nodes/gpu.cc` looks them up:
-/// `mlxcel::product<BITS, SCALE>`, `mlxcel::gated<BITS, SCALE, ACT>`, then
-/// [`ATTENTION_KERNELS`] and [`NORM_KERNEL`], then the token embeddings'
-/// row gathers `mlxcel::gather<BITS, SCALE>`.
+/// `mlxcel::product<BITS, SCALE, WIDE>`, `mlxcel::gated<BITS, SCALE, ACT,
+/// CHUNK>`, then [`ATTENTION_KERNELS`] and [`NORM_KERNEL`], then the token
+/// embeddings' row gathers `mlxcel::gather<BITS, SCALE>`.
 pub fn name_expressions() -> Vec<String> {
     let mut names = Vec::new();
     for bits in BITS {
         for scale in SCALE_TYPES {
-            names.push(format!("mlxcel::product<{bits}, {scale}>"));
+            for wide in PRODUCT_WIDTHS {
+                names.push(format!("mlxcel::product<{bits}, {scale}, {wide}>"));
+            }
             for act in ACTIVATIONS {
-                names.push(format!("mlxcel::gated<{bits}, {scale}, {act}>"));
+                for chunk in GATED_CHUNKS {
+                    names.push(format!("mlxcel::gated<{bits}, {scale}, {act}, {chunk}>"));
+                }
             }
         }
     }
@@ -139,16 +153,33 @@ mod tests {
         let nvrtc = Nvrtc::open(dir.join("lib/libnvrtc.so.13")).unwrap();
         let out = nvrtc.compile(&program("sm_90a", &dir.join("include"))).unwrap();
         assert_eq!(&out.cubin[..4], b"\x7fELF");
-        // 6 widths × 3 scale types × (a product and 2 gated), the attention
-        // and the copy, the norm, 6 × 3 gathers.
-        assert_eq!(out.lowered_names.len(), 75);
-        assert_eq!(out.lowered_names[54].0, "mlxcel::cached_attention");
-        assert_eq!(out.lowered_names[55].0, "mlxcel::copy_floats");
-        assert_eq!(out.lowered_names[56].0, "mlxcel::rms_norm");
-        assert_eq!(out.lowered_names[65].0, "mlxcel::gather<4, __nv_bfloat16>");
-        let (expression, lowered) = &out.lowered_names[1];
-        assert_eq!(expression, "mlxcel::gated<2, float, 1>");
-        assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1EEEvNS_11ProductArgsE"), "{lowered}");
+        // 6 widths × 3 scale types × (2 products and 2 × 2 gated), the
+        // attention and the copy, the norm, 6 × 3 gathers.
+        assert_eq!(out.lowered_names.len(), 129);
+        assert_eq!(out.lowered_names[108].0, "mlxcel::cached_attention");
+        assert_eq!(out.lowered_names[109].0, "mlxcel::copy_floats");
+        assert_eq!(out.lowered_names[110].0, "mlxcel::rms_norm");
+        assert_eq!(out.lowered_names[119].0, "mlxcel::gather<4, __nv_bfloat16>");
+        assert_eq!(out.lowered_names[1].0, "mlxcel::product<2, float, 4>");
+        let (expression, lowered) = &out.lowered_names[3];
+        assert_eq!(expression, "mlxcel::gated<2, float, 1, 8>");
+        assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1ELi8EEEvNS_11ProductArgsE"), "{lowered}");
+    }
+
+    /// The shapes named here are the ones `gpu_args.h` launches: a launch
+    /// of a shape the module lacks would fail at its first step.
+    #[test]
+    fn kernel_shapes_are_the_launchers() {
+        let args = include_str!("../cuda/gpu_args.h");
+        let constant = |name: &str| -> u32 {
+            let line = args
+                .lines()
+                .find(|l| l.starts_with(&format!("constexpr int {name} = ")))
+                .unwrap_or_else(|| panic!("gpu_args.h defines no {name}"));
+            line.trim_end_matches(';').rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(PRODUCT_WIDTHS, [1, constant("kWide")]);
+        assert_eq!(GATED_CHUNKS, [constant("kRowChunk"), constant("kGatedChunk")]);
     }
 
     #[test]

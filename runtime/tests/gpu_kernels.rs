@@ -121,7 +121,7 @@ fn an_own_module_that_does_not_load_is_an_error_naming_it() {
     let dir = temp_dir("products");
     let mut entries = MODULES.to_vec();
     entries.push(("mlxcel_kernels.ptx", "cuda:sm_90a", "0.32.4", b"\x7fELF not really a cubin"));
-    entries.push(("mlxcel_kernels.txt", "cuda:sm_90a", "0.32.4", b"mlxcel::product<4, float>\t_Z1x\n"));
+    entries.push(("mlxcel_kernels.txt", "cuda:sm_90a", "0.32.4", b"mlxcel::product<4, float, 1>\t_Z1x\n"));
     let bundle = write_bundle(&dir.join("m.mlxb"), &entries);
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
     let message = install(&bundle, &h200(), &options).unwrap_err().to_string();
@@ -138,7 +138,7 @@ fn an_own_module_of_another_interface_version_is_left_unloaded() {
     let dir = temp_dir("own-abi");
     let mut entries = MODULES.to_vec();
     entries.push(("mlxcel_kernels.ptx", "cuda:sm_90a", "0.32.4", b"\x7fELF an older module"));
-    entries.push(("mlxcel_kernels.txt", "cuda:sm_90a", "0.32.4", b"mlxcel::product<4, float>\t_Z1x\n"));
+    entries.push(("mlxcel_kernels.txt", "cuda:sm_90a", "0.32.4", b"mlxcel::product<4, float, 1>\t_Z1x\n"));
     let options = GpuKernelOptions { cache_root: Some(dir.join("cache")), missing: MissingGpuKernels::Refuse };
     for (abi, seen) in [(None, 1), (Some("1"), 1), (Some("999"), 999), (Some("two"), 0)] {
         let bundle = write_bundle_with_abi(&dir.join(format!("m{seen}.mlxb")), &entries, abi);

@@ -142,11 +142,17 @@ void with_norm(ProductArgs& a, const float* gain) {
 template <int Bits>
 void product_launch(ProductArgs& a, cudaStream_t s) {
   auto [grid, block] = shape(a, ProductLaunch::Plain);
-  product<Bits, __half><<<grid, block, 0, s>>>(a);
+  if (a.wide == kWide)
+    product<Bits, __half, kWide><<<grid, block, 0, s>>>(a);
+  else
+    product<Bits, __half, 1><<<grid, block, 0, s>>>(a);
 }
 void gated_launch(ProductArgs& a, cudaStream_t s) {
   auto [grid, block] = shape(a, ProductLaunch::Gated);
-  gated<4, __half, kActSilu><<<grid, block, 0, s>>>(a);
+  if (a.chunk == kGatedChunk)
+    gated<4, __half, kActSilu, kGatedChunk><<<grid, block, 0, s>>>(a);
+  else
+    gated<4, __half, kActSilu, kRowChunk><<<grid, block, 0, s>>>(a);
 }
 
 // The f64 reference of x Wᵀ for x rows [rows, k], normed first with `gain`

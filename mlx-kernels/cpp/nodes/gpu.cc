@@ -274,22 +274,29 @@ ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& i
   return a;
 }
 
-// The launch shape is gpu_args.h's `set_product_shape` (products.cuh).
-void add_node(mx::cu::CommandEncoder& enc, const std::string& expression, ProductLaunch launch, ProductArgs& a) {
+// The launch shape is gpu_args.h's `set_product_shape` (products.cuh); the
+// kernel, `mlxcel::product<BITS, SCALE, WIDE>` or `mlxcel::gated<BITS,
+// SCALE, ACT, CHUNK>`, is the one compiled for that shape, `kernel_args`
+// naming the parameters before the shape's ("4, __half" or "4, __half, 1").
+void add_node(mx::cu::CommandEncoder& enc, const std::string& kernel_args, ProductLaunch launch, ProductArgs& a) {
   if (a.k % 32 != 0 || a.group % 32 != 0)
     throw std::runtime_error("mlxcel GPU product: inputs (" + std::to_string(a.k) + ") and group size (" +
                              std::to_string(a.group) + ") must be multiples of 32");
   const ProductGrid g = set_product_shape(a, launch);
+  const std::string expression = launch == ProductLaunch::Plain
+                                     ? "mlxcel::product<" + kernel_args + ", " + std::to_string(a.wide) + ">"
+                                     : "mlxcel::gated<" + kernel_args + ", " + std::to_string(a.chunk) + ">";
   add_launch(enc, kernel(expression), dim3(g.blocks_x, g.blocks_y), dim3(g.threads), a);
 }
 
 // The code widths `family` has kernels for among `kernels` (bit b: the
-// module has `mlxcel::family<b, float>`): the module's kernel names
-// (cuda_kernels.rs BITS) are the one list of the widths it takes.
-uint32_t code_widths(const std::unordered_map<std::string, CUfunction>& kernels, const char* family) {
+// module has `mlxcel::family<b, float` then `rest`): the module's kernel
+// names (cuda_kernels.rs BITS) are the one list of the widths it takes.
+uint32_t code_widths(const std::unordered_map<std::string, CUfunction>& kernels, const char* family,
+                     const char* rest) {
   uint32_t widths = 0;
   for (int bits = 1; bits < 32; ++bits)
-    if (kernels.count(std::string("mlxcel::") + family + "<" + std::to_string(bits) + ", float>") != 0)
+    if (kernels.count(std::string("mlxcel::") + family + "<" + std::to_string(bits) + ", float" + rest) != 0)
       widths |= 1u << bits;
   return widths;
 }
@@ -317,8 +324,8 @@ size_t load_module(const uint8_t* cubin, size_t size, const std::string& names) 
   }
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  r.product_widths.store(code_widths(found, "product"), std::memory_order_relaxed);
-  r.gather_widths.store(code_widths(found, "gather"), std::memory_order_relaxed);
+  r.product_widths.store(code_widths(found, "product", ", 1>"), std::memory_order_relaxed);
+  r.gather_widths.store(code_widths(found, "gather", ">"), std::memory_order_relaxed);
   r.kernels = std::move(found);
   r.loaded.store(true, std::memory_order_release);
   return r.kernels.size();
@@ -362,9 +369,7 @@ void eval_product(mx::Stream s, const ProductSpec& spec, const std::vector<array
   }
   if (a.rows == 0 || a.total == 0) return;
   const auto dtype = inputs[spec.weight_input(0) + 1].dtype();
-  add_node(enc,
-           "mlxcel::product<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ">",
-           ProductLaunch::Plain, a);
+  add_node(enc, std::to_string(spec.quant.bits) + ", " + scale_type(dtype), ProductLaunch::Plain, a);
 }
 
 void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& inputs, array& out) {
@@ -376,9 +381,7 @@ void eval_gated(mx::Stream s, const GatedSpec& spec, const std::vector<array>& i
   if (a.rows == 0 || a.w[0].n == 0) return;
   const int act = spec.act == kern::Activation::Silu ? kActSilu : kActGeluTanh;
   const auto dtype = inputs[spec.weight_input(0) + 1].dtype();
-  add_node(enc,
-           "mlxcel::gated<" + std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ", " +
-               std::to_string(act) + ">",
+  add_node(enc, std::to_string(spec.quant.bits) + ", " + scale_type(dtype) + ", " + std::to_string(act),
            ProductLaunch::Gated, a);
 }
 
