@@ -28,7 +28,18 @@ demo: build
 ## feature's build), the `iree` feature's build and its tests, the workflow lint,
 ## every test of the workspace, the AArch64 NEON kernels under qemu, the prebuilt bundles'
 ## reproducibility, then a bounded fuzzing run of the bundle reader.
-test: setup setup-cuda fmt-check clippy cuda-check iree-check actionlint unit isa-check bundles-repro fuzz
+TEST_STEPS := setup setup-cuda fmt-check clippy cuda-check iree-check actionlint unit isa-check bundles-repro fuzz
+# Each step runs as its own make and its wall time is printed after it and in a
+# table at the end: CI has a 90-minute limit, and this says where the time goes.
+test:
+	@set -e; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; start=$$(date +%s); \
+	for step in $(TEST_STEPS); do \
+		t=$$(date +%s); \
+		$(MAKE) --no-print-directory $$step || { echo "make test: $$step FAILED after $$(( $$(date +%s) - t )) s" >&2; exit 1; }; \
+		printf '%-14s %5d s\n' $$step $$(( $$(date +%s) - t )) | tee -a "$$log"; \
+	done; \
+	echo "make test: every step passed; wall time per step:"; cat "$$log"; \
+	printf '%-14s %5d s\n' total $$(( $$(date +%s) - start ))
 
 ## The prebuilt bundles of bundles/catalog.toml, their index.json and the SBOM,
 ## into dist/ (docs/prebuilt.md). BUNDLES_FLAGS passes flags to the script
