@@ -46,6 +46,7 @@ const Driver& driver() {
     find(d.alloc_async, "cuMemAllocAsync");
     find(d.free_async, "cuMemFreeAsync");
     find(d.free, "cuMemFree_v2");
+    find(d.alloc_host, "cuMemAllocHost_v2");
     find(d.free_host, "cuMemFreeHost");
     find(d.to_host, "cuMemcpyDtoH_v2");
     // The names cuda.h maps these calls to (the kernel node parameters are

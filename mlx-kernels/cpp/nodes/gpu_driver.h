@@ -17,6 +17,7 @@ struct Driver {
   CUresult (*alloc_async)(CUdeviceptr*, size_t, CUstream) = nullptr;
   CUresult (*free_async)(CUdeviceptr, CUstream) = nullptr;
   CUresult (*free)(CUdeviceptr) = nullptr;
+  CUresult (*alloc_host)(void**, size_t) = nullptr;
   CUresult (*free_host)(void*) = nullptr;
   CUresult (*to_host)(void*, CUdeviceptr, size_t) = nullptr;
   // Step graphs (gpu_graph.cc).
