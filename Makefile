@@ -90,12 +90,15 @@ cuda-check:
 ## CMake and libclang from .deps/iree-build) in its own target folder: clippy
 ## with -D warnings, the binaries, and the IREE backend's tests against MLX
 ## (tests/tests/iree_backend.rs; docs/runtime.md "The IREE backend").
+## Optimised (the tests run 64-step generations), in the test-fast profile:
+## release's thin LTO and fewer codegen units made this step's four large
+## links and compiles take CI minutes, and change nothing the tests check.
 IREE_CARGO = CARGO_TARGET_DIR=target/iree bash scripts/iree-env.sh $(CARGO)
 iree-check:
-	$(IREE_CARGO) clippy --release -p mlxcel-mlx -p mlxcel-runtime -p mlxcel-cli -p mlxcel-tests --features mlxcel-cli/iree,mlxcel-tests/iree --all-targets -- -D warnings
-	$(IREE_CARGO) build --release -p mlxcel-cli -p mlxcel-compiler --bins --features mlxcel-cli/iree
-	$(IREE_CARGO) test --release -p mlxcel-runtime --features iree --lib iree_backend
-	$(IREE_CARGO) test --release -p mlxcel-tests --features iree --test iree_backend
+	$(IREE_CARGO) clippy --profile test-fast -p mlxcel-mlx -p mlxcel-runtime -p mlxcel-cli -p mlxcel-tests --features mlxcel-cli/iree,mlxcel-tests/iree --all-targets -- -D warnings
+	$(IREE_CARGO) build --profile test-fast -p mlxcel-cli -p mlxcel-compiler --bins --features mlxcel-cli/iree
+	$(IREE_CARGO) test --profile test-fast -p mlxcel-runtime --features iree --lib iree_backend
+	$(IREE_CARGO) test --profile test-fast -p mlxcel-tests --features iree --test iree_backend
 
 ## The AArch64 NEON kernel build against f64 references, cross-compiled and run
 ## under qemu-user on x86-64 (natively on AArch64); scripts/isa_check.sh.
@@ -112,13 +115,18 @@ FUZZ_CORPUS := fuzz/corpus
 # templates, with the longest input each gets. A run over 10 s or 2 GiB on
 # one input is a crash too (hangs and unbounded expansion are defects).
 FUZZ_INPUT_TARGETS := gguf:262144 safetensors:262144 surgery_yaml:16384 tokenizer:65536 chat_template:16384
-FUZZ_RUN = PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz run -s none --debug-assertions
+# 16 codegen units instead of cargo-fuzz's one: the targets' build (every
+# dependency again, instrumented) is most of this step's time on two cores,
+# and the runs are short.
+FUZZ_FLAGS := -s none --debug-assertions --codegen-units 16
+FUZZ_CARGO = PATH="$(MLXCEL_DEPS_DIR)/cargo/bin:$$PATH" $(CARGO) fuzz
+FUZZ_RUN = $(FUZZ_CARGO) run $(FUZZ_FLAGS)
 
 ## Fuzz the bundle reader, the model config reader and the readers of
 ## untrusted inputs (GGUF, safetensors and index.json, surgery YAML, the
 ## compiled tokenizer, chat templates): seed the corpora with valid inputs
 ## (fuzz/seeds/, the bundle crate's make_seeds and the adversarial corpus's
-## generator), then run each cargo-fuzz target for FUZZ_SECONDS (stable
+## generator), build the targets, then run each for FUZZ_SECONDS (stable
 ## toolchain, no sanitizer, debug assertions on so that an integer overflow
 ## panics as in the debug binaries). A crash fails the step; its input is
 ## left in fuzz/artifacts/ (make it a regression test: docs/reliability.md).
@@ -126,6 +134,7 @@ fuzz:
 	$(CARGO) run -q -p mlxcel-bundle --example make_seeds -- $(FUZZ_CORPUS)/seeds
 	$(CARGO) run -q -p mlxcel-tests --example adversarial_seeds -- $(FUZZ_CORPUS)/seeds
 	mkdir -p $(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/model_config
+	$(FUZZ_CARGO) build $(FUZZ_FLAGS)
 	$(FUZZ_RUN) open_verify \
 		$(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/seeds/open_verify -- -max_total_time=$(FUZZ_SECONDS) -max_len=262144
 	$(FUZZ_RUN) manifest \
