@@ -7,10 +7,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::{SMOLLM2, TempDir, model};
 use mlxcel_bundle::{Bundle, kinds};
+use mlxcel_compiler::cuda::{CudaKernelOptions, CudaTarget, KernelToolchain, MlxDtype, plan::gather_module};
 
 fn deps() -> PathBuf {
     std::env::var_os("MLXCEL_DEPS_DIR")
@@ -157,4 +158,62 @@ fn missing_or_wrong_cuda_tools_fail_before_the_output_exists() {
     assert!(!out.exists());
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("x.mlxb")), "left behind: {left:?}");
+}
+
+/// Where a child of [`mlx_module_is_byte_identical_across_processes`]
+/// writes its cubin (set only for the children).
+const CHILD_OUT: &str = "MLXCEL_TEST_CUBIN_OUT";
+
+/// Compiles MLX's `gather_uint32_uint32_1` for sm_90a in this process and
+/// writes the cubin and its names to `out`.
+fn compile_gather(out: &Path) {
+    let deps = deps();
+    let options = CudaKernelOptions {
+        targets: vec![CudaTarget { major: 9, minor: 0 }],
+        mlx_cuda: deps.join("mlx-cuda-13/mlx"),
+        nvrtc: deps.join("nvrtc-13"),
+    };
+    let toolchain = KernelToolchain::open(&options).unwrap();
+    let built = toolchain.build(&[gather_module(MlxDtype::Uint32)], &options.targets, &mut |_| {}).unwrap();
+    let [module] = built.as_slice() else { panic!("{} modules built", built.len()) };
+    let mut bytes = module.cubin.clone();
+    bytes.extend_from_slice(module.names_txt.as_bytes());
+    std::fs::write(out, bytes).unwrap();
+}
+
+/// A bundle must be byte-reproducible (docs/bundle-format.md), and NVRTC
+/// names internal symbols after the clock and the process id unless the
+/// source pins its module id (compiler/src/cuda/build.rs,
+/// `MODULE_ID_ANCHOR`): two processes compile the same MLX module (the
+/// gather, whose CCCL and cooperative-groups headers have such symbols;
+/// about 5 s) and must write the same bytes.
+#[test]
+fn mlx_module_is_byte_identical_across_processes() {
+    if let Some(out) = std::env::var_os(CHILD_OUT) {
+        compile_gather(Path::new(&out));
+        return;
+    }
+    let tmp = TempDir::new("cuda-repro");
+    let children: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let out = tmp.path().join(name);
+            let child = Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "mlx_module_is_byte_identical_across_processes", "--test-threads=1"])
+                .env(CHILD_OUT, &out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (out, child)
+        })
+        .collect();
+    let children: Vec<_> = children.into_iter().map(|(out, child)| (out, child.wait_with_output().unwrap())).collect();
+    for (out, child) in &children {
+        assert!(child.status.success(), "{}", String::from_utf8_lossy(&child.stderr));
+        assert!(out.is_file(), "{} was not written", out.display());
+    }
+    let (a, b) = (std::fs::read(&children[0].0).unwrap(), std::fs::read(&children[1].0).unwrap());
+    assert!(a.windows(10).any(|w| w == b"_INTERNAL_"), "no internal symbols left to check");
+    assert!(a == b, "two compiles of gather_uint32_uint32_1 differ");
 }

@@ -14,6 +14,20 @@ use super::plan::{KernelModule, ModuleSource};
 use super::wheel::{DEVICE_HEADERS, MlxCuda, include_name};
 use super::{CudaKernelOptions, CudaTarget, KernelError};
 
+/// Appended to each of MLX's module sources so that the cubin is the same
+/// on every compile. NVRTC's front end names internal-linkage entities
+/// (`static` and `constexpr` variables of CCCL's and cooperative groups'
+/// headers, anonymous namespaces) `_INTERNAL_..._NAME_cu_<module id>`, and
+/// when the translation unit defines no function with external linkage, as
+/// MLX's template-only sources do not, that id comes from the clock and the
+/// process id (`_cu_d5f3a69c_16662`): two compiles of the same module
+/// differed in those names. A defined external function makes the id a
+/// hash of its name, as mlxcel's own module already was. The kernels' code
+/// and their lowered names (which the `NAME.txt` files carry and MLX looks
+/// up) do not change; the function is never called.
+const MODULE_ID_ANCHOR: &str =
+    "\n// mlxcel: fixes NVRTC's module id (compiler/src/cuda/build.rs)\n__device__ void mlxcel_module_id_anchor() {}\n";
+
 /// Modules compiled at once. NVRTC uses one core per compilation; two
 /// keep a small machine busy without starving the rest of the compile.
 const WORKERS: usize = 2;
@@ -127,7 +141,7 @@ impl KernelToolchain {
                 })?;
                 Program {
                     name: format!("{}.cu", module.name),
-                    source: source.to_string(),
+                    source: format!("{source}{MODULE_ID_ANCHOR}"),
                     headers: self.headers.clone(),
                     name_expressions: module.name_expressions.clone(),
                     options: self.options(target),
