@@ -94,11 +94,15 @@ cuda-check:
 ## release's thin LTO and fewer codegen units made this step's four large
 ## links and compiles take CI minutes, and change nothing the tests check.
 ## The runtime's own iree_backend unit test needs no feature: `make unit` runs it.
+## The build and the test select the same packages and features (and both
+## need dev-dependencies): cargo resolves features per selection, and a test
+## of mlxcel-tests alone rebuilt the runtime and its dependencies (4.5 min).
 IREE_CARGO = CARGO_TARGET_DIR=target/iree bash scripts/iree-env.sh $(CARGO)
+IREE_SELECTION = --profile test-fast -p mlxcel-cli -p mlxcel-compiler -p mlxcel-tests --features mlxcel-cli/iree,mlxcel-tests/iree
 iree-check:
 	$(IREE_CARGO) clippy --profile test-fast -p mlxcel-mlx -p mlxcel-runtime -p mlxcel-cli -p mlxcel-tests --features mlxcel-cli/iree,mlxcel-tests/iree --all-targets -- -D warnings
-	$(IREE_CARGO) build --profile test-fast -p mlxcel-cli -p mlxcel-compiler --bins --features mlxcel-cli/iree
-	$(IREE_CARGO) test --profile test-fast -p mlxcel-tests --features iree --test iree_backend
+	$(IREE_CARGO) build $(IREE_SELECTION) --bins --test iree_backend
+	$(IREE_CARGO) test $(IREE_SELECTION) --test iree_backend
 
 ## The AArch64 NEON kernel build against f64 references, cross-compiled and run
 ## under qemu-user on x86-64 (natively on AArch64); scripts/isa_check.sh.
@@ -108,10 +112,11 @@ isa-check:
 fmt:
 	$(CARGO) fmt --all
 
-# Seconds each fuzz target runs in `make fuzz` (eight targets: about two minutes in all;
-# 30 until CI neared its 90-minute limit: docs/reliability.md).
-FUZZ_SECONDS ?= 15
+# Seconds each fuzz target runs in `make fuzz` (eight targets: about four minutes in all).
+FUZZ_SECONDS ?= 30
 FUZZ_CORPUS := fuzz/corpus
+# Where `cargo test --workspace` puts the examples it builds.
+EXAMPLES_DIR = $(or $(CARGO_TARGET_DIR),target)/debug/examples
 # The targets that take untrusted model sources, surgery files, tokenizers and
 # templates, with the longest input each gets. A run over 10 s or 2 GiB on
 # one input is a crash too (hangs and unbounded expansion are defects).
@@ -131,9 +136,15 @@ FUZZ_RUN = $(FUZZ_CARGO) run $(FUZZ_FLAGS)
 ## toolchain, no sanitizer, debug assertions on so that an integer overflow
 ## panics as in the debug binaries). A crash fails the step; its input is
 ## left in fuzz/artifacts/ (make it a regression test: docs/reliability.md).
+##
+## The seed generators are the examples `make unit` builds (`cargo test
+## --workspace` builds every example), so after it the first line is a no-op;
+## `cargo run -p PACKAGE --example ...` would resolve features for that one
+## package and rebuild MLX and half the workspace (8 minutes of CI).
 fuzz:
-	$(CARGO) run -q -p mlxcel-bundle --example make_seeds -- $(FUZZ_CORPUS)/seeds
-	$(CARGO) run -q -p mlxcel-tests --example adversarial_seeds -- $(FUZZ_CORPUS)/seeds
+	$(CARGO) test -q --workspace --no-run
+	$(EXAMPLES_DIR)/make_seeds $(FUZZ_CORPUS)/seeds
+	$(EXAMPLES_DIR)/adversarial_seeds $(FUZZ_CORPUS)/seeds
 	mkdir -p $(FUZZ_CORPUS)/open_verify $(FUZZ_CORPUS)/manifest $(FUZZ_CORPUS)/model_config
 	$(FUZZ_CARGO) build $(FUZZ_FLAGS)
 	$(FUZZ_RUN) open_verify \
