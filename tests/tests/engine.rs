@@ -212,6 +212,39 @@ fn decode_steps_count_steps_not_iterations() {
     assert_eq!((s.prefix_cache_hits, s.prefix_cache_misses, s.prefix_cache_entries), (0, 0, 0), "cache off");
 }
 
+#[test]
+fn the_warm_up_leaves_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let options =
+        |warm_up| EngineOptions { prefill_chunk: 8, prefix_cache: 1 << 30, warm_up, ..EngineOptions::default() };
+    // The warm-up prefills token 0 (one chunk: 8 of them) and decodes one
+    // more: a prompt of zeros would reuse its caches had it left any.
+    let zeros = vec![0u32; 20];
+    mlxcel_tests::isa::each_kernel_build(|build, _| {
+        let cold = engine_with(&bundle, options(false));
+        let warm = engine_with(&bundle, options(true));
+        assert_eq!(cold.model().warm_up_time, None);
+        assert!(warm.model().warm_up_time.is_some(), "{build}");
+        assert_eq!(warm.stats(), EngineStats::default(), "{build}: the warm-up is not a request");
+        let expected = cold.generate(tokens_request(zeros.clone(), 6)).unwrap();
+        let g = warm.generate(tokens_request(zeros.clone(), 6)).unwrap();
+        assert_eq!(g.stats.cached_tokens, 0, "{build}: the warm-up's caches were reused");
+        assert_eq!(g.tokens, expected.tokens, "{build}: the warm-up changed the tokens");
+        assert_eq!(bits(&g.logprobs), bits(&expected.logprobs), "{build}: the warm-up changed the logprobs");
+        let s = stats_when(&warm, |s| s.prefix_cache_entries > 0 && s.running == 0);
+        assert_eq!((s.prefix_cache_hits, s.prefix_cache_misses, s.decode_steps), (0, 1, 6), "{build}: {s:?}");
+    });
+}
+
+#[test]
+fn a_context_too_short_for_the_warm_up_skips_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tiny_bundle(dir.path(), "llama", 4);
+    let engine = engine_with(&bundle, EngineOptions { context: Some(1), warm_up: true, ..EngineOptions::default() });
+    assert_eq!(engine.model().warm_up_time, None);
+}
+
 /// A system prompt shared by chat requests: 44 tokens.
 fn with_system(question: &str) -> Vec<u32> {
     let system = "You are a helpful assistant. Answer briefly.";

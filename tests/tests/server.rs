@@ -542,9 +542,17 @@ fn health_is_503_while_the_bundle_loads() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(exit.code(), Some(1), "{}", server.log());
-    // A loaded bundle: 200.
+    // A loaded bundle: 200, after the warm-up (its time in the "model
+    // loaded" line), unless --no-warmup.
+    let warm_up_ms = |log: &str| -> f64 {
+        let value = log.split("warm_up_ms=").nth(1).unwrap_or_else(|| panic!("no warm_up_ms in the log:\n{log}"));
+        value.split_whitespace().next().unwrap().parse().unwrap()
+    };
     let server = Server::start(tiny(), &[]);
     assert_eq!(server.get("/health"), (200, r#"{"status":"ok"}"#.to_string()));
+    assert!(warm_up_ms(&server.log()) > 0.0, "{}", server.log());
+    let server = Server::start(tiny(), &["--no-warmup"]);
+    assert_eq!(warm_up_ms(&server.log()), 0.0, "{}", server.log());
 }
 
 /// 16 concurrent greedy requests with different prompts answer exactly as

@@ -137,6 +137,14 @@ pub struct ServerArgs {
           value_parser = flags::count(1, usize::MAX))]
     pub max_body_size: usize,
 
+    /// Skip the warm-up: by default, once the bundle is loaded and before
+    /// /health answers 200, the server prefills a 64-token prompt and runs
+    /// one decode step, so that the first request does not pay the
+    /// process's one-time costs (the weights' first touch; on a CUDA GPU
+    /// about 0.3 s in the first launches of MLX's operations).
+    #[arg(long = "no-warmup", env = "MLXCEL_NO_WARMUP", action = ArgAction::SetTrue)]
+    pub no_warmup: bool,
+
     /// Prompt tokens prefilled between two decode steps, so that running
     /// streams keep flowing while a long prompt is read.
     #[arg(long, value_name = "N", env = "MLXCEL_PREFILL_CHUNK", default_value_t = 512,
@@ -286,5 +294,11 @@ mod tests {
         // A bad fallback value is refused naming the flag.
         let err = parse(&["--bundle", "m.mlxb"], &[("LLAMA_ARG_N_PARALLEL", "0")]).unwrap_err().to_string();
         assert!(err.contains("--parallel") && err.contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn the_warm_up_is_on_unless_skipped() {
+        assert!(!parse(&["--bundle", "m.mlxb"], &[]).unwrap().no_warmup);
+        assert!(parse(&["--bundle", "m.mlxb", "--no-warmup"], &[]).unwrap().no_warmup);
     }
 }

@@ -9,7 +9,10 @@
 //! 200 `{"status":"ok"}`. The startup line on stderr names the address
 //! (`listening on http://ADDR`, with the real port when `--port 0`), and a
 //! second one the model once loaded. A bundle that fails to load ends the
-//! process with status 1.
+//! process with status 1. Unless `--no-warmup`, the engine runs one short
+//! prefill and a decode step before it reports ready
+//! (`EngineOptions::warm_up`), so the first request does not pay the
+//! process's one-time costs.
 //!
 //! # Routes
 //!
@@ -89,7 +92,7 @@
 //! (30 s), `--cache-ram` (1024 MiB prefix cache; `LLAMA_ARG_CACHE_RAM`),
 //! `--prefix-reuse` (`longest` or `exact`: what a hit may reuse),
 //! `--kv-budget` (MiB, no limit), `--max-body-size` (10 MiB),
-//! `--prefill-chunk` (512), `--version`. `RUST_LOG` filters the log
+//! `--prefill-chunk` (512), `--no-warmup`, `--version`. `RUST_LOG` filters the log
 //! (default `info`).
 //!
 //! # Operations
@@ -178,6 +181,7 @@ fn engine_options(args: &ServerArgs) -> EngineOptions {
         prefix_cache: args.cache_ram.saturating_mul(MIB),
         prefix_reuse: args.prefix_reuse,
         mask_timing: args.mask_timing,
+        warm_up: !args.no_warmup,
     }
 }
 
@@ -213,6 +217,7 @@ async fn serve(args: ServerArgs) -> Result<()> {
                     architecture = %m.architecture,
                     context = m.context_length(),
                     load_ms = format_args!("{:.1}", m.load_time.as_secs_f64() * 1e3),
+                    warm_up_ms = format_args!("{:.1}", m.warm_up_time.unwrap_or_default().as_secs_f64() * 1e3),
                     device = %backend.device_label(),
                     "model loaded: ready"
                 );

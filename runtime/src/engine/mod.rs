@@ -80,6 +80,7 @@ use crate::tokenizer::Tokenizer;
 mod budget;
 mod prefix_cache;
 mod scheduler;
+mod warm_up;
 
 pub use budget::{KvSizing, LayerKv};
 use scheduler::Scheduler;
@@ -117,6 +118,13 @@ pub struct EngineOptions {
     pub prefix_reuse: PrefixReuse,
     /// When the grammars' token masks are computed.
     pub mask_timing: MaskTiming,
+    /// Warm the model up before [`Engine::load`] returns: one prefill of up
+    /// to 64 tokens (one chunk) and one decode step on a sequence of its
+    /// own, so that the first request does not pay the process's one-time
+    /// costs (the weights' first touch; on a CUDA GPU about 0.3 s in the
+    /// first launches of MLX's operations). Its time is
+    /// [`ModelInfo::warm_up_time`].
+    pub warm_up: bool,
 }
 
 /// When a constrained sequence's token mask for the next step is computed.
@@ -182,6 +190,7 @@ impl Default for EngineOptions {
             prefix_cache: 0,
             prefix_reuse: PrefixReuse::Exact,
             mask_timing: MaskTiming::Auto,
+            warm_up: false,
         }
     }
 }
@@ -235,6 +244,9 @@ pub struct ModelInfo {
     pub gpu_kernels: Option<crate::gpu_kernels::Installed>,
     /// Time from opening the bundle to the model being ready.
     pub load_time: Duration,
+    /// Time the warm-up took ([`EngineOptions::warm_up`]; `None` when it
+    /// did not run), after `load_time`.
+    pub warm_up_time: Option<Duration>,
     /// The KV cache sizes of its layers ([`ModelInfo::kv_bytes_for`]).
     pub kv: KvSizing,
 }
@@ -469,7 +481,7 @@ impl Engine {
                     }
                 };
                 let LoadedModel {
-                    backend,
+                    mut backend,
                     tokenizer,
                     chat_template,
                     defaults,
@@ -482,6 +494,16 @@ impl Engine {
                 } = loaded;
                 // The context a sequence may use: the model's, or less when asked.
                 let context = options.context.map_or(backend.context_length(), |c| c.min(backend.context_length()));
+                let warm_up_time = match options.warm_up {
+                    true => match warm_up::warm_up(backend.as_mut(), options.prefill_chunk, context) {
+                        Ok(time) => time,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    },
+                    false => None,
+                };
                 let dtype = options.load.compute_dtype.unwrap_or_else(default_compute_dtype);
                 let kv = match backend.fixed_cache_bytes() {
                     Some(bytes) => KvSizing::fixed(config.num_hidden_layers, backend.context_length(), bytes),
@@ -498,6 +520,7 @@ impl Engine {
                     weight_bytes,
                     gpu_kernels,
                     load_time,
+                    warm_up_time,
                     kv,
                 });
                 if ready_tx.send(Ok(model.clone())).is_ok() {
