@@ -218,8 +218,8 @@ fn the_warm_up_leaves_no_trace() {
     let bundle = tiny_bundle(dir.path(), "llama", 4);
     let options =
         |warm_up| EngineOptions { prefill_chunk: 8, prefix_cache: 1 << 30, warm_up, ..EngineOptions::default() };
-    // The warm-up prefills token 0 (one chunk: 8 of them) and decodes one
-    // more: a prompt of zeros would reuse its caches had it left any.
+    // The warm-up prefills token 0 (twice on the CPU) and decodes one more:
+    // a prompt of zeros would reuse its caches had it left any.
     let zeros = vec![0u32; 20];
     mlxcel_tests::isa::each_kernel_build(|build, _| {
         let cold = engine_with(&bundle, options(false));

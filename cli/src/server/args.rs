@@ -138,10 +138,11 @@ pub struct ServerArgs {
     pub max_body_size: usize,
 
     /// Skip the warm-up: by default, once the bundle is loaded and before
-    /// /health answers 200, the server prefills a 64-token prompt and runs
-    /// one decode step, so that the first request does not pay the
-    /// process's one-time costs (the weights' first touch; on a CUDA GPU
-    /// about 0.3 s in the first launches of MLX's operations).
+    /// /health answers 200, the server prefills a short prompt (64 tokens
+    /// on a GPU, 2 on the CPU) and runs one decode step, so that the first
+    /// request does not pay the process's one-time costs (the weights'
+    /// first touch; on a CUDA GPU about 0.3 s in the first launches of
+    /// MLX's operations).
     #[arg(long = "no-warmup", env = "MLXCEL_NO_WARMUP", action = ArgAction::SetTrue)]
     pub no_warmup: bool,
 

@@ -118,11 +118,11 @@ pub struct EngineOptions {
     pub prefix_reuse: PrefixReuse,
     /// When the grammars' token masks are computed.
     pub mask_timing: MaskTiming,
-    /// Warm the model up before [`Engine::load`] returns: one prefill of up
-    /// to 64 tokens (one chunk) and one decode step on a sequence of its
-    /// own, so that the first request does not pay the process's one-time
-    /// costs (the weights' first touch; on a CUDA GPU about 0.3 s in the
-    /// first launches of MLX's operations). Its time is
+    /// Warm the model up before [`Engine::load`] returns: one prefill (64
+    /// tokens on a GPU, 2 on the CPU; one chunk at most) and one decode step
+    /// on a sequence of its own, so that the first request does not pay the
+    /// process's one-time costs (the weights' first touch; on a CUDA GPU
+    /// about 0.3 s in the first launches of MLX's operations). Its time is
     /// [`ModelInfo::warm_up_time`].
     pub warm_up: bool,
 }
