@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a fresh process's first use of MLX's operations on the GPU spends
-# its ~0.3 s (docs/cuda.md "Where the first token's time goes"). Run on the
+# its ~0.3 s (docs/cuda.md "The server's warm-up" has what it found). Run on the
 # lent NVIDIA machine after `source scripts/gpu/remote.sh env`:
 #
 #   bash scripts/gpu/first_use.sh BUNDLE [WORDS]
