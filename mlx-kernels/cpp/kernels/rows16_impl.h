@@ -23,8 +23,9 @@ constexpr int kRows16MaxMM = S::TILE_MM;
 // Rows of x per task of a long (prefill) x: they stay in L2 while every block
 // of W streams past them.
 constexpr int kRows16Chunk = 64;
-// Rows of x up to which rows16_multi splits a product as a decode step
-// (few tasks per thread, kRows16DecodeTasks) rather than as a prefill.
+// Rows of x up to which rows16_multi splits a product into few tasks per
+// thread (kRows16DecodeTasks) rather than about 8 (more rows: prefills and
+// decode batches of 5 and more).
 constexpr int kRows16DecodeRows = 4;
 constexpr int kRows16DecodeTasks = 2;
 // Bytes of a row block the software prefetch runs ahead (once per cache line).
@@ -242,10 +243,11 @@ void rows16_multi(const QmmArgs* args, int count) {
   const int threads = pool_threads();
   const bool parallel =
       threads > 1 && static_cast<int64_t>(M) * blocks * kRows16 * args[0].K >= kParallelWork * 4;
-  // At least 2 row blocks a task, and about kRows16DecodeTasks tasks per
-  // thread for decode batches (each task a long run of consecutive blocks:
-  // the weights stream once, and the prefetchers restart at every task),
-  // about 8 for prefills (balance: each block is then M rows' work).
+  // At least 2 row blocks a task. Up to kRows16DecodeRows rows, about
+  // kRows16DecodeTasks tasks per thread, each a long run of consecutive
+  // blocks (the weights stream once, and the prefetchers restart at every
+  // task); more rows, about 8 (each block is then many rows' work, and
+  // balance matters more).
   const int per_thread = M <= kRows16DecodeRows ? kRows16DecodeTasks : 8;
   const int chunk =
       parallel ? imax(2, static_cast<int>(ceil_div(static_cast<int>(blocks) * mchunks, threads * per_thread)))
