@@ -23,8 +23,12 @@ mkdir -p "$out"
 # The bundle's own GPU kernels (mlxcel-compile --target); GPU_KERNELS=jit
 # for a bundle without them, where prompt rows per forward pass of at most
 # 16 (CHUNK) keep MLX's run-time compilation to one tile (scripts/gpu/jit.sh).
+# With the bundle's kernels, prompts run as the runtime runs them (512 rows a
+# pass), so those of more than 32 tokens (the chat prompts, the long raw one)
+# take MLX's prompt path rather than mlxcel's decode kernels.
 # SKIP_BF16=1 skips the bf16 run (its CUTLASS kernels are not in bundles).
-trace() { "$bin/logit_trace" "$bundle" "$@" --prefill-chunk "${CHUNK:-16}" --gpu-kernels "${GPU_KERNELS:-refuse}"; }
+if [ "${GPU_KERNELS:-refuse}" = jit ]; then chunk=${CHUNK:-16}; else chunk=${CHUNK:-512}; fi
+trace() { "$bin/logit_trace" "$bundle" "$@" --prefill-chunk "$chunk" --gpu-kernels "${GPU_KERNELS:-refuse}"; }
 
 echo "== $bundle: CPU reference, f32"
 MLXCEL_DEVICE=cpu trace "$out/cpu.json" --steps "$steps" || exit 1

@@ -34,7 +34,7 @@ for bundle in "$@"; do
   out=${OUT:-/tmp}/parity-$(basename "$bundle" .mlxb)
   echo "== $bundle: parity with the CPU, step graphs on"
   SKIP_BF16=1 bash "$(dirname "$0")/parity.sh" "$bundle" "$steps" || status=1
-  trace() { "$bin/logit_trace" "$bundle" "$@" --prefill-chunk "${CHUNK:-16}" --gpu-kernels refuse; }
+  trace() { "$bin/logit_trace" "$bundle" "$@" --prefill-chunk "${CHUNK:-512}" --gpu-kernels refuse; }
   echo "== $bundle: the same trace node by node (MLXCEL_STEP_GRAPHS=0)"
   MLXCEL_STEP_GRAPHS=0 MLXCEL_DEVICE=gpu trace "$out/gpu-f32-nodes.json" --steps "$steps" --follow "$out/cpu.json" \
     >/dev/null || status=1

@@ -10,18 +10,19 @@
 //! ```
 //!
 //! Each prompt (three through the chat template, three raw: the prompts of
-//! tests/tests/real_parity.rs) is decoded for `--steps` tokens, end tokens
-//! included, and every step's 64 most likely tokens are written with their
-//! log-probabilities. With `--follow`, the steps feed REF's tokens instead
-//! of this run's own choices (so both runs see the same inputs even after
-//! a near tie), and the run compares itself with REF: the largest
-//! log-probability difference over REF's 64 tokens per step, and every step
-//! where this run's top token differs from REF's. It fails (exit 1) when
-//! a difference passes `--tol`, or when the top tokens differ at a step
-//! where REF's first two tokens are more than `--margin` apart (a near tie
-//! may break either way within the tolerance). `--prefill-chunk` bounds
-//! the prompt rows per forward pass: on the GPU each new bucket of rows
-//! makes MLX compile another quantized-matmul kernel (scripts/gpu/jit.sh).
+//! tests/tests/real_parity.rs; then a raw one of about 100 tokens) is decoded
+//! for `--steps` tokens, end tokens included, and every step's 64 most likely
+//! tokens are written with their log-probabilities. With `--follow`, the steps
+//! feed REF's tokens instead of this run's own choices (so both runs see the
+//! same inputs even after a near tie), and the run compares itself with REF:
+//! the largest log-probability difference over REF's 64 tokens per step, and
+//! every step where this run's top token differs from REF's. It fails (exit 1)
+//! when a difference passes `--tol`, or when the top tokens differ at a step
+//! where REF's first two tokens are more than `--margin` apart (a near tie may
+//! break either way within the tolerance). `--prefill-chunk` bounds the prompt
+//! rows per forward pass: on the GPU with `--gpu-kernels jit` each new bucket
+//! of rows makes MLX compile another quantized-matmul kernel
+//! (scripts/gpu/jit.sh).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,7 +36,16 @@ use serde_json::{Value, json};
 
 const CHAT_PROMPTS: [&str; 3] =
     ["What is the capital of France?", "Write a short poem about the sea.", "Explain recursion to a child."];
-const RAW_PROMPTS: [&str; 3] = ["The capital of France is", "Once upon a time,", "def fibonacci(n):"];
+const RAW_PROMPTS: [&str; 4] = ["The capital of France is", "Once upon a time,", "def fibonacci(n):", LONG_PROMPT];
+/// A raw prompt of about 100 tokens (96 with SmolLM2's tokenizer): on the
+/// GPU a pass of more than 32 rows leaves mlxcel's decode kernels for MLX's
+/// operations (its quantized matmul and attention), which the short raw
+/// prompts never reach.
+const LONG_PROMPT: &str = "The history of computing is often told as a story of machines, but it is just as much a \
+story of people and of the problems they wanted to solve. Astronomers needed tables of planetary positions, \
+navigators needed tables of logarithms, and census offices needed a way to count millions of cards before the \
+next census began. Each of these needs produced a new kind of device, and each device changed the questions \
+that people thought were worth asking. In the end, the most important";
 /// Tokens kept per step.
 const TOP: usize = 64;
 
