@@ -181,7 +181,14 @@ mod iree {
         };
         let out = match out {
             Ok(o) if o.status.success() => o.stdout,
-            Ok(o) => return fail(String::from_utf8_lossy(&o.stderr).into_owned()),
+            // Offline, it needs every package of the workspace's resolve on
+            // disk, dev-dependencies included, which a build of a few
+            // packages has not downloaded. One line: `cargo::error` keeps
+            // only the first.
+            Ok(o) => {
+                let why = String::from_utf8_lossy(&o.stderr).split_whitespace().collect::<Vec<_>>().join(" ");
+                return fail(format!("{why} (it runs offline: `cargo fetch` downloads what it lacks)"));
+            }
             Err(e) => return fail(e.to_string()),
         };
         let meta: serde_json::Value = match serde_json::from_slice(&out) {
