@@ -1,0 +1,310 @@
+// mlxcel's decode-step products (mlx-kernels/cuda/products.cuh) and token
+// gather (gather.cuh) run on the CPU through cuda_shim.h, launched with the
+// runtime's own shapes (gpu_args.h set_product_shape), against f64
+// references: every code width, f32 and f16 scales, 1 to 9 rows of x; q/k/v
+// with heads and the norm folded in, o with its residual, a vocabulary-
+// sized product (four rows of W a thread), the gated MLP (both chunks of x
+// rows) with the norm folded in; and each row's bits the same alone as in
+// its batch (docs/kernels.md "Batch invariance"). `make cuda-check` runs it:
+// CI has no GPU, and this checks the kernels' indexing and rounding order
+// (not their speed) on every change.
+//
+//   g++ -std=c++20 -O2 -pthread -Wno-unknown-pragmas -I mlx-kernels/cuda \
+//     -o /tmp/decode_emulate scripts/gpu/emulate/decode_emulate.cc && /tmp/decode_emulate
+#include "cuda_shim.h"
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_args.h"
+#include "products.cuh"
+#include "gather.cuh"
+
+using namespace mlxcel;
+
+namespace {
+
+std::mt19937 rng(5);
+
+std::vector<float> normal(size_t n, float mean = 0.0f, float sd = 1.0f) {
+  std::normal_distribution<float> d(mean, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+uint16_t to_half_bits(float f) {
+  // Round to nearest even; the scales are small normal numbers.
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const int e = int((u >> 23) & 0xff) - 127 + 15;
+  uint32_t m = u & 0x7fffffu;
+  uint32_t h = sign | (uint32_t(e) << 10) | (m >> 13);
+  const uint32_t rest = m & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return uint16_t(h);
+}
+
+// One quantized matrix [n, k] with scales and biases of type S (float or __half).
+template <class S>
+struct Matrix {
+  int n, k, bits, group;
+  std::vector<unsigned> codes;
+  std::vector<S> scales, biases;
+  Matrix(int n_, int k_, int bits_, int group_) : n(n_), k(k_), bits(bits_), group(group_) {
+    codes.resize(size_t(n) * k * bits / 32);
+    for (auto& c : codes) c = rng();
+    std::uniform_real_distribution<float> s(0.002f, 0.02f), b(-0.08f, 0.08f);
+    for (size_t i = 0; i < size_t(n) * k / group; ++i) {
+      scales.push_back(make(s(rng)));
+      biases.push_back(make(b(rng)));
+    }
+  }
+  static S make(float v) {
+    if constexpr (std::is_same_v<S, float>) return v;
+    else return S{to_half_bits(v)};
+  }
+  static double value(S v) {
+    if constexpr (std::is_same_v<S, float>) return v;
+    else return __half2float(v);
+  }
+  unsigned code(int r, int c) const {
+    const size_t bit = (size_t(r) * k + c) * bits, word = bit / 32, shift = bit % 32;
+    uint64_t w = codes[word];
+    if (shift + bits > 32) w |= uint64_t(codes[word + 1]) << 32;
+    return unsigned(w >> shift) & ((1u << bits) - 1u);
+  }
+  double at(int r, int c) const {
+    const size_t g = (size_t(r) * k + c) / group;
+    return value(scales[g]) * code(r, c) + value(biases[g]);
+  }
+  GpuWeight weight(float* out, int heads = 0) const {
+    return GpuWeight{codes.data(), scales.data(), biases.data(), out, n, heads};
+  }
+};
+
+ProductArgs args(const float* x, int rows, int k, int group, std::vector<GpuWeight> ws) {
+  ProductArgs a{};
+  a.x = x;
+  a.ldx = k;
+  a.rows = rows;
+  a.seq = 1;
+  a.k = k;
+  a.group = group;
+  for (auto& w : ws) {
+    a.w[a.count] = w;
+    a.first_row[a.count + 1] = a.first_row[a.count] + w.n;
+    ++a.count;
+  }
+  a.total = a.first_row[a.count];
+  return a;
+}
+
+template <int Bits, class S>
+void run_plain(ProductArgs a) {
+  const ProductGrid g = set_product_shape(a, ProductLaunch::Plain);
+  if (a.wide == kWide)
+    launch(g.blocks_x, g.blocks_y, g.threads, [&] { product<Bits, S, kWide>(a); });
+  else
+    launch(g.blocks_x, g.blocks_y, g.threads, [&] { product<Bits, S, 1>(a); });
+}
+
+template <int Bits, class S>
+void run_gated(ProductArgs a) {
+  const ProductGrid g = set_product_shape(a, ProductLaunch::Gated);
+  if (a.chunk == kGatedChunk)
+    launch(g.blocks_x, g.blocks_y, g.threads, [&] { gated<Bits, S, kActSilu, kGatedChunk>(a); });
+  else
+    launch(g.blocks_x, g.blocks_y, g.threads, [&] { gated<Bits, S, kActSilu, kRowChunk>(a); });
+}
+
+// The f64 reference [rows, n] of x Wᵀ, normed first with `gain` when given.
+template <class S>
+std::vector<double> reference(const std::vector<float>& x, int rows, const Matrix<S>& w,
+                              const std::vector<float>* gain, double eps) {
+  std::vector<double> y(size_t(rows) * w.n);
+  for (int m = 0; m < rows; ++m) {
+    const float* xm = x.data() + size_t(m) * w.k;
+    double scale = 1.0;
+    if (gain) {
+      double sq = 0;
+      for (int c = 0; c < w.k; ++c) sq += double(xm[c]) * xm[c];
+      scale = 1.0 / std::sqrt(sq / w.k + eps);
+    }
+    for (int r = 0; r < w.n; ++r) {
+      double acc = 0;
+      for (int c = 0; c < w.k; ++c) acc += w.at(r, c) * xm[c] * (gain ? (*gain)[c] : 1.0f);
+      y[size_t(m) * w.n + r] = acc * scale;
+    }
+  }
+  return y;
+}
+
+bool all_ok = true;
+
+// Largest |got - want| within 2e-5 of the largest |want| (f32 sums of at
+// most 1536 terms).
+void check(const std::string& what, const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0, top = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+    top = std::max(top, std::abs(want[i]));
+  }
+  const bool pass = worst <= 2e-5 * top;
+  all_ok = all_ok && pass;
+  std::printf("%-52s %.2e %s\n", what.c_str(), worst / top, pass ? "ok" : "FAILED (bound 2e-5)");
+}
+
+void same_bits(const std::string& what, const std::vector<float>& alone, const std::vector<float>& batch) {
+  const bool same = std::memcmp(alone.data(), batch.data(), alone.size() * sizeof(float)) == 0;
+  all_ok = all_ok && same;
+  std::printf("%-52s %s\n", what.c_str(), same ? "bit-identical ok" : "DIFFER (FAILED)");
+}
+
+template <int Bits, class S>
+void products(int rows) {
+  const int k = 576, group = 32;
+  const std::string tag = "bits " + std::to_string(Bits) + (std::is_same_v<S, float> ? " f32" : " f16") +
+                          " rows " + std::to_string(rows) + ": ";
+  Matrix<S> q(9 * 64, k, Bits, group), kv(3 * 64, k, Bits, group);
+  const auto x = normal(size_t(rows) * k);
+  const auto gain = normal(k, 1.0f, 0.1f);
+  // x [rows, 1, k]: the heads layout [rows, H, 1, 64] is row-major [rows, n].
+  std::vector<float> oq(size_t(rows) * q.n), okv(size_t(rows) * kv.n), ov(size_t(rows) * kv.n);
+  auto a = args(x.data(), rows, k, group, {q.weight(oq.data(), 9), kv.weight(okv.data(), 3), kv.weight(ov.data(), 3)});
+  a.norm = 1;
+  a.norm_eps = 1e-5f;
+  a.norm_weight = gain.data();
+  run_plain<Bits, S>(a);
+  check(tag + "q, heads, norm folded", oq, reference(x, rows, q, &gain, 1e-5));
+  check(tag + "v, heads, norm folded", ov, reference(x, rows, kv, &gain, 1e-5));
+  // Row rows-1 alone: the bits it gets in the batch.
+  {
+    std::vector<float> alone(q.n), ak(kv.n), av(kv.n);
+    auto b = args(x.data() + size_t(rows - 1) * k, 1, k, group,
+                  {q.weight(alone.data(), 9), kv.weight(ak.data(), 3), kv.weight(av.data(), 3)});
+    b.norm = 1;
+    b.norm_eps = 1e-5f;
+    b.norm_weight = gain.data();
+    run_plain<Bits, S>(b);
+    same_bits(tag + "q's last row alone", alone, std::vector<float>(oq.end() - q.n, oq.end()));
+  }
+  // o + residual (K 576), and the down projection (K 1536, group 64) + residual.
+  Matrix<S> o(k, k, Bits, group), down(k, 1536, Bits, 64);
+  const auto res = normal(size_t(rows) * k);
+  std::vector<float> out(size_t(rows) * k);
+  auto b = args(x.data(), rows, k, group, {o.weight(out.data())});
+  b.residual = res.data();
+  run_plain<Bits, S>(b);
+  auto want = reference(x, rows, o, nullptr, 0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += res[i];
+  check(tag + "o + residual", out, want);
+  const auto xi = normal(size_t(rows) * 1536, 0.0f, 0.2f);
+  auto c = args(xi.data(), rows, 1536, 64, {down.weight(out.data())});
+  c.residual = res.data();
+  run_plain<Bits, S>(c);
+  want = reference(xi, rows, down, nullptr, 0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += res[i];
+  check(tag + "down (K 1536, group 64) + residual", out, want);
+  // Gate and up, norm folded.
+  Matrix<S> gate(1536, k, Bits, group), up(1536, k, Bits, group);
+  std::vector<float> mlp(size_t(rows) * 1536);
+  auto d = args(x.data(), rows, k, group, {gate.weight(mlp.data()), up.weight(nullptr)});
+  d.norm = 1;
+  d.norm_eps = 1e-6f;
+  d.norm_weight = gain.data();
+  run_gated<Bits, S>(d);
+  const auto g = reference(x, rows, gate, &gain, 1e-6), u = reference(x, rows, up, &gain, 1e-6);
+  std::vector<double> act(g.size());
+  for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+  check(tag + "silu(gate) * up, norm folded", mlp, act);
+  {
+    std::vector<float> alone(1536);
+    auto e = d;
+    e.x = x.data() + size_t(rows - 1) * k;
+    e.rows = 1;
+    e.w[0].out = alone.data();
+    run_gated<Bits, S>(e);
+    same_bits(tag + "gated's last row alone", alone, std::vector<float>(mlp.end() - 1536, mlp.end()));
+  }
+}
+
+// A vocabulary-sized product: four rows of W a thread even for one row of x.
+void vocabulary() {
+  const int k = 576, n = 8192, rows = 3;
+  Matrix<__half> w(n, k, 8, 64);
+  const auto x = normal(size_t(rows) * k);
+  const auto gain = normal(k, 1.0f, 0.1f);
+  std::vector<float> out(size_t(rows) * n), alone(n);
+  auto a = args(x.data(), rows, k, 64, {w.weight(out.data())});
+  a.norm = 1;
+  a.norm_eps = 1e-5f;
+  a.norm_weight = gain.data();
+  run_plain<8, __half>(a);
+  check("vocabulary 8192 x 576, 8-bit, norm folded", out, reference(x, rows, w, &gain, 1e-5));
+  auto b = a;
+  b.x = x.data() + size_t(2) * k;
+  b.rows = 1;
+  b.w[0].out = alone.data();
+  run_plain<8, __half>(b);
+  same_bits("vocabulary: row 2 alone", alone, std::vector<float>(out.end() - n, out.end()));
+}
+
+// Token embeddings: rows of the table dequantized as MLX rounds (s · q, then + b).
+template <int Bits>
+void gathers() {
+  const int n = 100, k = 640;
+  Matrix<float> t(n, k, Bits, 32);
+  const std::vector<int> ids{0, 99, 7, -1, 250};
+  std::vector<float> out(ids.size() * k);
+  GatherRowsArgs a{};
+  a.ids = ids.data();
+  a.ids_signed = 1;
+  a.count = int(ids.size());
+  a.n = n;
+  a.k = k;
+  a.group = 32;
+  a.codes = t.codes.data();
+  a.scales = t.scales.data();
+  a.biases = t.biases.data();
+  a.scale = 1.0f;
+  a.out = out.data();
+  launch((k + kGatherThreads - 1) / kGatherThreads, unsigned(ids.size()), kGatherThreads, [&] { gather<Bits, float>(a); });
+  bool same = true;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int id = ids[i] < 0 ? std::max(ids[i] + n, 0) : std::min(ids[i], n - 1);
+    for (int c = 0; c < k; ++c) {
+      const size_t g = (size_t(id) * k + c) / 32;
+      const float want = t.scales[g] * float(t.code(id, c)) + t.biases[g];
+      same = same && out[i * k + c] == want;
+    }
+  }
+  all_ok = all_ok && same;
+  std::printf("%-52s %s\n", ("gather, bits " + std::to_string(Bits) + " (negative and out-of-range ids)").c_str(),
+              same ? "exact ok" : "DIFFER (FAILED)");
+}
+
+template <int Bits>
+void width() {
+  products<Bits, float>(1);
+  products<Bits, __half>(3);
+  gathers<Bits>();
+}
+
+}  // namespace
+
+int main() {
+  width<2>();
+  width<3>();
+  width<4>();
+  width<5>();
+  width<6>();
+  width<8>();
+  products<4, __half>(9);
+  vocabulary();
+  std::printf("%s\n", all_ok ? "decode_emulate: all within bounds" : "decode_emulate: SOME FAILED");
+  return all_ok ? 0 : 1;
+}
