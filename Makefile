@@ -83,15 +83,19 @@ unit:
 
 ## The `cuda` feature's build (the bridge against MLX's CUDA headers, the GPU
 ## tests) with clippy's -D warnings; its tests run on a GPU host (docs/cuda.md).
-## Then the decode kernels' logic on the CPU (scripts/gpu/emulate/: each block's
-## threads as host threads, against f64 references and for batch invariance).
+## Then the decode and prompt kernels' logic on the CPU (scripts/gpu/emulate/:
+## each block's threads as host threads, against f64 references and for batch
+## invariance).
 EMULATE_DIR = target/emulate
 cuda-check:
 	CARGO_TARGET_DIR=target/cuda $(CARGO) clippy -p mlxcel-mlx --features cuda --all-targets -- -D warnings
 	@mkdir -p $(EMULATE_DIR)
-	$(CXX) -std=c++20 -O2 -pthread -Wno-unknown-pragmas -I mlx-kernels/cuda -o $(EMULATE_DIR)/decode_emulate scripts/gpu/emulate/decode_emulate.cc
-	@$(EMULATE_DIR)/decode_emulate > $(EMULATE_DIR)/decode_emulate.log || { cat $(EMULATE_DIR)/decode_emulate.log; exit 1; }
-	@tail -n 1 $(EMULATE_DIR)/decode_emulate.log
+	@set -e; for p in decode_emulate prompt_emulate; do \
+		echo "$(CXX) ... scripts/gpu/emulate/$$p.cc"; \
+		$(CXX) -std=c++20 -O2 -pthread -Wno-unknown-pragmas -I mlx-kernels/cuda -o $(EMULATE_DIR)/$$p scripts/gpu/emulate/$$p.cc; \
+		$(EMULATE_DIR)/$$p > $(EMULATE_DIR)/$$p.log || { cat $(EMULATE_DIR)/$$p.log; exit 1; }; \
+		tail -n 1 $(EMULATE_DIR)/$$p.log; \
+	done
 
 ## The `iree` feature (IREE's runtime built from source by eerie-sys, with
 ## CMake and libclang from .deps/iree-build) in its own target folder: clippy

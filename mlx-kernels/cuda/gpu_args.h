@@ -122,6 +122,31 @@ inline ProductGrid set_product_shape(ProductArgs& a, ProductLaunch launch) {
 }
 #endif
 
+/// Prompt products (prompt.cuh): rows of W a block's tile takes, threads
+/// of a block, and the rows of x a tile may take (`ProductArgs::chunk` of a
+/// prompt launch): kTileRows, or kTileRowsSmall where kTileRows would leave
+/// fewer than kTileMinBlocks blocks (a 576-wide product of 512 rows: 72),
+/// so that small products still occupy every multiprocessor.
+constexpr int kTileN = 64;
+constexpr int kTileThreads = 128;
+constexpr int kTileRows = 64;
+constexpr int kTileRowsSmall = 32;
+constexpr int kTileMinBlocks = 256;
+
+/// Sets a prompt product's launch shape (its tile's rows of x in
+/// `a.chunk`) and returns its grid: x over tiles of kTileN rows of W (of
+/// every weight concatenated, or of the gate's), y over tiles of `a.chunk`
+/// rows of x. Host code only, as set_product_shape.
+#ifndef __CUDACC_RTC__
+inline ProductGrid set_prompt_shape(ProductArgs& a, ProductLaunch launch) {
+  const int rows_out = launch == ProductLaunch::Gated ? a.w[0].n : a.total;
+  const int tiles_n = (rows_out + kTileN - 1) / kTileN;
+  a.chunk = tiles_n * ((a.rows + kTileRows - 1) / kTileRows) >= kTileMinBlocks ? kTileRows : kTileRowsSmall;
+  a.wide = 1;
+  return ProductGrid{tiles_n, (a.rows + a.chunk - 1) / a.chunk, kTileThreads};
+}
+#endif
+
 /// Threads of the RMS norm kernel (one block per row).
 constexpr int kNormThreads = 256;
 

@@ -1,7 +1,7 @@
 // mlxcel's CUDA kernels, one module (`mlxcel_kernels`): the quantized
-// products (products.cuh), a decode step's attention over the KV cache
-// (attention.cuh), the RMS norm (norm.cuh) and the token embeddings
-// (gather.cuh).
+// products of a decode step (products.cuh) and of a prompt (prompt.cuh), a
+// decode step's attention over the KV cache (attention.cuh), the RMS norm
+// (norm.cuh) and the token embeddings (gather.cuh).
 //
 // Compiled ahead of time with NVRTC by `mlxcel-compile --target cuda-smXY`
 // (compiler/src/cuda; the .cuh files and gpu_args.h are handed to NVRTC as
@@ -14,6 +14,7 @@
 
 #include "gpu_args.h"
 #include "products.cuh"
+#include "prompt.cuh"
 #include "attention.cuh"
 #include "norm.cuh"
 #include "gather.cuh"

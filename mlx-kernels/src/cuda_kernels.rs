@@ -32,15 +32,18 @@ pub const MODULE: &str = "mlxcel_kernels";
 /// block two rows of x (or eight, gated) (`ProductArgs::wide`, `chunk`).
 /// 4 (2026-12-06): those shapes are kernels of their own (the `WIDE` of
 /// `product`, the `CHUNK` of `gated`), each with the registers it needs.
-pub const ABI: u32 = 4;
+/// 5 (2026-12-07): products of more rows than a decode step (prompts) are
+/// tiled kernels of their own (`prompt_product`, `prompt_gated`).
+pub const ABI: u32 = 5;
 
 /// The module's CUDA source, and the headers it includes (handed to NVRTC
-/// in memory): the argument layout the host code shares, the products, the
-/// attention, the norm and the row gather.
+/// in memory): the argument layout the host code shares, the decode and
+/// prompt products, the attention, the norm and the row gather.
 pub const SOURCE: &str = include_str!("../cuda/kernels.cu");
-const HEADERS: [(&str, &str); 5] = [
+const HEADERS: [(&str, &str); 6] = [
     ("gpu_args.h", include_str!("../cuda/gpu_args.h")),
     ("products.cuh", include_str!("../cuda/products.cuh")),
+    ("prompt.cuh", include_str!("../cuda/prompt.cuh")),
     ("attention.cuh", include_str!("../cuda/attention.cuh")),
     ("norm.cuh", include_str!("../cuda/norm.cuh")),
     ("gather.cuh", include_str!("../cuda/gather.cuh")),
@@ -68,13 +71,19 @@ pub const PRODUCT_WIDTHS: [u32; 2] = [1, 4];
 /// `kGatedChunk` (a batch), as `gpu_args.h` defines them.
 pub const GATED_CHUNKS: [u32; 2] = [2, 8];
 
+/// Rows of x a tile of a prompt product takes: `kTileRowsSmall`,
+/// `kTileRows`, as `gpu_args.h` defines them.
+pub const PROMPT_TILES: [u32; 2] = [32, 64];
+
 /// The RMS norm kernel (norms no product absorbs; with or without a residual).
 pub const NORM_KERNEL: &str = "mlxcel::rms_norm";
 
 /// Every kernel's name expression, as `cpp/nodes/gpu.cc` looks them up:
 /// `mlxcel::product<BITS, SCALE, WIDE>`, `mlxcel::gated<BITS, SCALE, ACT,
-/// CHUNK>`, then [`ATTENTION_KERNELS`] and [`NORM_KERNEL`], then the token
-/// embeddings' row gathers `mlxcel::gather<BITS, SCALE>`.
+/// CHUNK>`, `mlxcel::prompt_product<BITS, SCALE, TILE>`,
+/// `mlxcel::prompt_gated<BITS, SCALE, ACT, TILE>`, then
+/// [`ATTENTION_KERNELS`] and [`NORM_KERNEL`], then the token embeddings'
+/// row gathers `mlxcel::gather<BITS, SCALE>`.
 pub fn name_expressions() -> Vec<String> {
     let mut names = Vec::new();
     for bits in BITS {
@@ -85,6 +94,12 @@ pub fn name_expressions() -> Vec<String> {
             for act in ACTIVATIONS {
                 for chunk in GATED_CHUNKS {
                     names.push(format!("mlxcel::gated<{bits}, {scale}, {act}, {chunk}>"));
+                }
+            }
+            for tile in PROMPT_TILES {
+                names.push(format!("mlxcel::prompt_product<{bits}, {scale}, {tile}>"));
+                for act in ACTIVATIONS {
+                    names.push(format!("mlxcel::prompt_gated<{bits}, {scale}, {act}, {tile}>"));
                 }
             }
         }
@@ -153,14 +168,17 @@ mod tests {
         let nvrtc = Nvrtc::open(dir.join("lib/libnvrtc.so.13")).unwrap();
         let out = nvrtc.compile(&program("sm_90a", &dir.join("include"))).unwrap();
         assert_eq!(&out.cubin[..4], b"\x7fELF");
-        // 6 widths × 3 scale types × (2 products and 2 × 2 gated), the
-        // attention and the copy, the norm, 6 × 3 gathers.
-        assert_eq!(out.lowered_names.len(), 129);
-        assert_eq!(out.lowered_names[108].0, "mlxcel::cached_attention");
-        assert_eq!(out.lowered_names[109].0, "mlxcel::copy_floats");
-        assert_eq!(out.lowered_names[110].0, "mlxcel::rms_norm");
-        assert_eq!(out.lowered_names[119].0, "mlxcel::gather<4, __nv_bfloat16>");
+        // 6 widths × 3 scale types × (2 products, 2 × 2 gated, and 2
+        // prompt tiles × (1 product and 2 gated)), the attention and the
+        // copy, the norm, 6 × 3 gathers.
+        assert_eq!(out.lowered_names.len(), 237);
+        assert_eq!(out.lowered_names[216].0, "mlxcel::cached_attention");
+        assert_eq!(out.lowered_names[217].0, "mlxcel::copy_floats");
+        assert_eq!(out.lowered_names[218].0, "mlxcel::rms_norm");
+        assert_eq!(out.lowered_names[227].0, "mlxcel::gather<4, __nv_bfloat16>");
         assert_eq!(out.lowered_names[1].0, "mlxcel::product<2, float, 4>");
+        assert_eq!(out.lowered_names[6].0, "mlxcel::prompt_product<2, float, 32>");
+        assert_eq!(out.lowered_names[11].0, "mlxcel::prompt_gated<2, float, 2, 64>");
         let (expression, lowered) = &out.lowered_names[3];
         assert_eq!(expression, "mlxcel::gated<2, float, 1, 8>");
         assert!(lowered.starts_with("_ZN6mlxcel5gatedILi2EfLi1ELi8EEEvNS_11ProductArgsE"), "{lowered}");
@@ -180,6 +198,7 @@ mod tests {
         };
         assert_eq!(PRODUCT_WIDTHS, [1, constant("kWide")]);
         assert_eq!(GATED_CHUNKS, [constant("kRowChunk"), constant("kGatedChunk")]);
+        assert_eq!(PROMPT_TILES, [constant("kTileRowsSmall"), constant("kTileRows")]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! the same GPU: the products against MLX's quantized matmul (every code
 //! width, group size and scale type the kernels take, 1 to 32 rows, heads,
 //! residuals, the gated activations and RMS norms folded in; batch
-//! invariance), our RMS norm against MLX's, and the cached
+//! invariance), the prompt products (more rows) likewise against MLX's on
+//! the CPU, our RMS norm against MLX's, and the cached
 //! attention step against MLX's RoPE, slice updates and attention (GQA,
 //! causal steps, every RoPE variant, donated and shared cache buffers).
 //!
@@ -262,17 +263,119 @@ fn norms_fold_into_products_and_run_alone() {
     compare("norm of transposed heads", &ours, &mlx().rms_norm(&heads, Some(&w), 1e-6).unwrap());
 }
 
+/// Prompts (more rows of x than a decode step's 32) take the tiled prompt
+/// kernels. Their reference is MLX's quantized matmul on the CPU (MLX's
+/// CUDA one is compiled at run time for each form, a minute each): every
+/// code width, each scale type and group size, rows that fill no tile,
+/// both tile shapes (32 rows of x, and 64 once there are enough tiles);
+/// heads and a residual, the gated MLP and a vocabulary-sized product with
+/// the norm folded in. The same 2e-4 bound as the decode kernels: each
+/// output is one f32 sum of K ≤ 576 products in order.
 #[test]
-fn prompts_stay_mlx_ops() {
+fn prompt_products_match_mlx() {
     load();
-    let (mut rng, _) = rng("prompts_stay_mlx_ops");
-    let q = quantized(&mut rng, 64, 256, 64, 4, Dtype::F32);
-    let x = arr(&normal(&mut rng, 33 * 256), &[1, 33, 256]);
-    let y = fast::on(Path::Auto).quantized_linear(&x, &q).unwrap();
-    assert!(!ops_of(&y).iter().any(|o| o.contains("Mlxcel")), "{:?}", ops_of(&y));
-    // A prompt's rows on Kernel: an error naming why.
-    let err = fast::on(Path::Kernel).quantized_linear(&x, &q).unwrap_err().to_string();
-    assert!(err.contains("rows is a prompt"), "{err}");
+    let (mut rng, _) = rng("prompt_products_match_mlx");
+    let kernel = || fast::on(Path::Kernel);
+    let mlx_cpu = |f: &dyn Fn() -> Array| on_cpu(|| vals(&f()));
+    let ours_ran = |what: &str, got: &Array| {
+        assert!(ops_of(got).iter().any(|o| o.contains("Mlxcel")), "{what}: {:?}", ops_of(got));
+    };
+    let check = |what: &str, got: &Array, want: Vec<f32>| {
+        ours_ran(what, got);
+        compare(what, got, &arr(&want, &got.shape()));
+    };
+    for bits in [2, 3, 4, 5, 6, 8] {
+        for (group, scales) in [(32, Dtype::F16), (64, Dtype::BF16), (128, Dtype::F32)] {
+            let (n, k) = (200usize, 384usize);
+            let q = quantized(&mut rng, n, k, group, bits, scales);
+            for rows in [33usize, 100] {
+                let x = arr(&normal(&mut rng, rows * k), &[1, rows as i32, k as i32]);
+                let what = format!("prompt bits {bits} group {group} scales {scales:?} rows {rows}");
+                let ours = kernel().quantized_linear(&x, &q).unwrap();
+                check(&what, &ours, mlx_cpu(&|| fast::on(Path::Mlx).quantized_linear(&x, &q).unwrap()));
+            }
+        }
+    }
+    let k = 576usize;
+    let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
+    // q, k, v in one node split into heads, the norm folded in; o with its residual.
+    let rows = 100usize;
+    let x = arr(&normal(&mut rng, rows * k), &[1, rows as i32, k as i32]);
+    let qw = quantized(&mut rng, 576, k, 64, 4, Dtype::BF16);
+    let kv = quantized(&mut rng, 192, k, 64, 4, Dtype::BF16);
+    let ours =
+        kernel().quantized_linear_heads(&kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap(), &[(&qw, 9), (&kv, 3)]);
+    let ours = ours.unwrap();
+    assert!(!ops_of(&ours[0]).iter().any(|o| o.contains("RmsNorm")), "{:?}", ops_of(&ours[0]));
+    // The three outputs are one node: evaluating the first evaluates them
+    // all, so whose kernel made them is asked before any is compared.
+    for (i, got) in ours.iter().enumerate() {
+        ours_ran(&format!("prompt heads output {i}"), got);
+    }
+    for (i, got) in ours.iter().enumerate() {
+        let want = mlx_cpu(&|| {
+            let normed = fast::on(Path::Mlx).rms_norm(&x, Some(&norm), 1e-5).unwrap();
+            fast::on(Path::Mlx).quantized_linear_heads(&normed, &[(&qw, 9), (&kv, 3)]).unwrap().swap_remove(i)
+        });
+        compare(&format!("prompt heads output {i}, norm folded"), got, &arr(&want, &got.shape()));
+    }
+    let h = arr(&normal(&mut rng, rows * k), &[1, rows as i32, k as i32]);
+    let ours = kernel().add(&h, &kernel().quantized_linear(&x, &qw).unwrap()).unwrap();
+    assert!(!ops_of(&ours).iter().any(|o| o == "Add"), "{:?}", ops_of(&ours));
+    check(
+        "prompt o + residual",
+        &ours,
+        mlx_cpu(&|| fast::on(Path::Mlx).quantized_linear(&x, &qw).unwrap().add(&h).unwrap()),
+    );
+    // The gated MLP of 700 rows (24 x 11 tiles: 64 rows of x a tile), norm folded.
+    let rows = 700usize;
+    let x = arr(&normal(&mut rng, rows * k), &[1, rows as i32, k as i32]);
+    let gate = quantized(&mut rng, 1536, k, 32, 5, Dtype::F16);
+    let up = quantized(&mut rng, 1536, k, 32, 5, Dtype::F16);
+    for act in [GateActivation::Silu, GateActivation::GeluApprox] {
+        let normed = kernel().rms_norm(&x, Some(&norm), 1e-6).unwrap();
+        let ours = kernel().quantized_gated_linear(&normed, &gate, &up, act).unwrap();
+        let want = mlx_cpu(&|| {
+            let normed = fast::on(Path::Mlx).rms_norm(&x, Some(&norm), 1e-6).unwrap();
+            fast::on(Path::Mlx).quantized_gated_linear(&normed, &gate, &up, act).unwrap()
+        });
+        check(&format!("prompt gated {act:?}, norm folded"), &ours, want);
+    }
+    // A vocabulary-sized product of 200 rows (128 x 4 tiles of 64 rows), norm folded.
+    let rows = 200usize;
+    let x = arr(&normal(&mut rng, rows * k), &[1, rows as i32, k as i32]);
+    let vocab = quantized(&mut rng, 8192, k, 64, 8, Dtype::F16);
+    let ours = kernel().quantized_linear(&kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap(), &vocab).unwrap();
+    let want = mlx_cpu(&|| {
+        let normed = fast::on(Path::Mlx).rms_norm(&x, Some(&norm), 1e-5).unwrap();
+        fast::on(Path::Mlx).quantized_linear(&normed, &vocab).unwrap()
+    });
+    check("prompt vocabulary, norm folded", &ours, want);
+}
+
+/// A prompt row's outputs do not depend on the other rows: the first 40
+/// rows of x get the same bits alone (tiles of 32 rows of x) as among 700
+/// (tiles of 64), plain and gated, the norm folded in.
+#[test]
+fn a_prompt_row_gets_the_same_bits_whatever_the_rows_beside_it() {
+    load();
+    let (mut rng, _) = rng("a_prompt_row_gets_the_same_bits_whatever_the_rows_beside_it");
+    let k = 576usize;
+    let kernel = || fast::on(Path::Kernel);
+    let norm = arr(&uniform(&mut rng, k, 0.5, 1.5), &[k as i32]);
+    let gate = quantized(&mut rng, 1536, k, 32, 4, Dtype::BF16);
+    let up = quantized(&mut rng, 1536, k, 32, 4, Dtype::BF16);
+    let data = normal(&mut rng, 700 * k);
+    let run = |rows: usize| {
+        let x = arr(&data[..rows * k], &[1, rows as i32, k as i32]);
+        let normed = kernel().rms_norm(&x, Some(&norm), 1e-5).unwrap();
+        let plain = vals(&kernel().quantized_linear(&normed, &gate).unwrap());
+        let gated = vals(&kernel().quantized_gated_linear(&normed, &gate, &up, GateActivation::Silu).unwrap());
+        (plain, gated)
+    };
+    let (few, many) = (run(40), run(700));
+    assert_eq!(few.0[..], many.0[..few.0.len()], "plain");
+    assert_eq!(few.1[..], many.1[..few.1.len()], "gated");
 }
 
 #[test]

@@ -8,10 +8,15 @@
 // an f64 reference on the host. docs/cuda.md "Wider products".
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o product_bench scripts/gpu/product_bench.cu
-//   ./product_bench [rows=1] [replays=200] [wide=0]
+//   ./product_bench [rows=1] [replays=200] [wide=0] [kernels=auto] [tile=0]
 //
-// `wide` forces the rows of W a thread of a plain product takes (1 or 4;
-// 0: what the runtime's set_product_shape chooses).
+// `wide` forces the rows of W a thread of a plain decode product takes (1
+// or 4; 0: what the runtime's set_product_shape chooses). `kernels` picks
+// the decode kernels (`rows`), the prompt kernels (`tiles`, prompt.cuh) or,
+// by default, what the runtime launches for that many rows (tiles above
+// gpu.h's kMaxRows, 32); with many rows only some are checked against the
+// reference (the first and last 16 and 8 in the middle). `tile` forces the
+// prompt kernels' rows of x a tile (32 or 64; 0: set_prompt_shape's choice).
 //
 // The shapes are SmolLM2-135M's (576 wide, 1536 MLP, 9 and 3 heads of 64,
 // 30 layers, 4-bit groups of 32 with f16 scales, an 8-bit vocabulary of
@@ -24,6 +29,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <algorithm>
 #include <utility>
 #include <random>
 #include <vector>
@@ -124,6 +131,22 @@ ProductArgs args(const float* x, int rows, int k, std::initializer_list<GpuWeigh
 // The rows of W each thread of a plain product takes (0: as the runtime
 // chooses; the third argument of the command line).
 int g_wide = 0;
+// The prompt kernels' rows of x a tile (0: as set_prompt_shape chooses).
+int g_tile = 0;
+// Whether the launches take the prompt kernels (the fourth argument).
+bool g_tiles = false;
+// gpu.h's kMaxRows: more rows of x than this are a prompt.
+constexpr int kMaxRows = 32;
+
+// The prompt kernels' launch shape of `a`, with `g_tile` when set.
+std::pair<dim3, dim3> tile_shape(ProductArgs& a, ProductLaunch launch) {
+  ProductGrid g = set_prompt_shape(a, launch);
+  if (g_tile != 0) {
+    a.chunk = g_tile;
+    g.blocks_y = (a.rows + a.chunk - 1) / a.chunk;
+  }
+  return {dim3(g.blocks_x, g.blocks_y), dim3(g.threads)};
+}
 
 // The launch shape of `a` (gpu_args.h, as the runtime launches it), with
 // `g_wide` for plain products.
@@ -141,6 +164,14 @@ void with_norm(ProductArgs& a, const float* gain) {
 
 template <int Bits>
 void product_launch(ProductArgs& a, cudaStream_t s) {
+  if (g_tiles) {
+    auto [grid, block] = tile_shape(a, ProductLaunch::Plain);
+    if (a.chunk == kTileRows)
+      prompt_product<Bits, __half, kTileRows><<<grid, block, 0, s>>>(a);
+    else
+      prompt_product<Bits, __half, kTileRowsSmall><<<grid, block, 0, s>>>(a);
+    return;
+  }
   auto [grid, block] = shape(a, ProductLaunch::Plain);
   if (a.wide == kWide)
     product<Bits, __half, kWide><<<grid, block, 0, s>>>(a);
@@ -148,6 +179,14 @@ void product_launch(ProductArgs& a, cudaStream_t s) {
     product<Bits, __half, 1><<<grid, block, 0, s>>>(a);
 }
 void gated_launch(ProductArgs& a, cudaStream_t s) {
+  if (g_tiles) {
+    auto [grid, block] = tile_shape(a, ProductLaunch::Gated);
+    if (a.chunk == kTileRows)
+      prompt_gated<4, __half, kActSilu, kTileRows><<<grid, block, 0, s>>>(a);
+    else
+      prompt_gated<4, __half, kActSilu, kTileRowsSmall><<<grid, block, 0, s>>>(a);
+    return;
+  }
   auto [grid, block] = shape(a, ProductLaunch::Gated);
   if (a.chunk == kGatedChunk)
     gated<4, __half, kActSilu, kGatedChunk><<<grid, block, 0, s>>>(a);
@@ -155,11 +194,23 @@ void gated_launch(ProductArgs& a, cudaStream_t s) {
     gated<4, __half, kActSilu, kRowChunk><<<grid, block, 0, s>>>(a);
 }
 
+// The rows of x checked against the reference: all of a few, else the
+// first and last 16 and 8 in the middle (the host's f64 sums of a whole
+// prompt would take minutes).
+std::vector<int> checked_rows(int rows) {
+  std::vector<int> r;
+  for (int m = 0; m < rows; ++m)
+    if (rows <= 40 || m < 16 || m >= rows - 16 || (m >= rows / 2 && m < rows / 2 + 8)) r.push_back(m);
+  return r;
+}
+
 // The f64 reference of x Wᵀ for x rows [rows, k], normed first with `gain`
-// when given.
+// when given: the checked rows' outputs, [checked_rows(rows), n].
 std::vector<double> reference(const std::vector<float>& x, int rows, const Matrix& w, const std::vector<float>* gain) {
-  std::vector<double> y(static_cast<size_t>(rows) * w.n);
-  for (int m = 0; m < rows; ++m) {
+  const auto checked = checked_rows(rows);
+  std::vector<double> y(checked.size() * w.n);
+  for (size_t ci = 0; ci < checked.size(); ++ci) {
+    const int m = checked[ci];
     const float* xm = x.data() + static_cast<size_t>(m) * w.k;
     double scale = 1.0;
     if (gain) {
@@ -170,7 +221,7 @@ std::vector<double> reference(const std::vector<float>& x, int rows, const Matri
     for (int r = 0; r < w.n; ++r) {
       double acc = 0;
       for (int c = 0; c < w.k; ++c) acc += w.at(r, c) * xm[c] * (gain ? (*gain)[c] : 1.0f);
-      y[static_cast<size_t>(m) * w.n + r] = acc * scale;
+      y[ci * w.n + r] = acc * scale;
     }
   }
   return y;
@@ -179,6 +230,21 @@ std::vector<double> reference(const std::vector<float>& x, int rows, const Matri
 std::vector<float> download(const float* d, size_t n) {
   std::vector<float> h(n);
   CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// The checked rows (checked_rows) of the output [rows, n] at `d`.
+std::vector<float> download_checked(const float* d, int rows, int n) {
+  const auto all = download(d, static_cast<size_t>(rows) * n);
+  std::vector<float> h;
+  for (int m : checked_rows(rows)) h.insert(h.end(), all.begin() + static_cast<size_t>(m) * n, all.begin() + static_cast<size_t>(m + 1) * n);
+  return h;
+}
+
+// The checked rows of the host's x [rows, n].
+std::vector<float> host_checked(const std::vector<float>& x, int rows, int n) {
+  std::vector<float> h;
+  for (int m : checked_rows(rows)) h.insert(h.end(), x.begin() + static_cast<size_t>(m) * n, x.begin() + static_cast<size_t>(m + 1) * n);
   return h;
 }
 
@@ -196,10 +262,22 @@ int main(int argc, char** argv) {
   const int rows = argc > 1 ? std::atoi(argv[1]) : 1;
   const int replays = argc > 2 ? std::atoi(argv[2]) : 200;
   g_wide = argc > 3 ? std::atoi(argv[3]) : 0;
+  const std::string kernels = argc > 4 ? argv[4] : "auto";
+  if (kernels != "auto" && kernels != "rows" && kernels != "tiles") {
+    std::fprintf(stderr, "kernels must be auto, rows or tiles, not %s\n", kernels.c_str());
+    return 2;
+  }
+  g_tiles = kernels == "tiles" || (kernels == "auto" && rows > kMaxRows);
+  g_tile = argc > 5 ? std::atoi(argv[5]) : 0;
+  if (g_tile != 0 && g_tile != kTileRows && g_tile != kTileRowsSmall) {
+    std::fprintf(stderr, "tile must be 0, %d or %d, not %d\n", kTileRowsSmall, kTileRows, g_tile);
+    return 2;
+  }
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d SMs; %d x rows, %d replays, wide %d (0: the runtime's choice)\n", prop.name,
-              prop.multiProcessorCount, rows, replays, g_wide);
+  std::printf("%s, %d SMs; %d x rows, %d replays, %s kernels, wide %d, tile %d (0: the runtime's choice)\n",
+              prop.name, prop.multiProcessorCount, rows, replays, g_tiles ? "prompt (tiles)" : "decode (rows)", g_wide,
+              g_tile);
 
   std::vector<Layer> layers(kLayers);
   Matrix head(kVocab, kHidden, 8);
@@ -220,6 +298,7 @@ int main(int argc, char** argv) {
     std::vector<ProductArgs> launches;
     void (*launch)(ProductArgs&, cudaStream_t);
     double bytes;  // weights read per launch
+    double flops;  // multiply-adds per launch, times 2
   };
   auto matrix_bytes = [](const Matrix& m) { return m.codes.size() * 4.0 + m.scales.size() * 4.0; };
   Kind qkv{"q/k/v, norm folded", {}, product_launch<4>, 0}, o{"o + residual", {}, product_launch<4>, 0},
@@ -240,6 +319,11 @@ int main(int argc, char** argv) {
     down.launches.push_back(a);
   }
   qkv.bytes = matrix_bytes(layers[0].q) + matrix_bytes(layers[0].k) + matrix_bytes(layers[0].v);
+  qkv.flops = 2.0 * rows * kHidden * (kHeads + 2 * kKvHeads) * kHeadDim;
+  o.flops = 2.0 * rows * kHidden * kHidden;
+  mlp_kind.flops = 2.0 * rows * kHidden * 2 * kInter;
+  down.flops = 2.0 * rows * kInter * kHidden;
+  vocab.flops = 2.0 * rows * kHidden * kVocab;
   o.bytes = matrix_bytes(layers[0].o);
   mlp_kind.bytes = matrix_bytes(layers[0].gate) + matrix_bytes(layers[0].up);
   down.bytes = matrix_bytes(layers[0].down);
@@ -263,16 +347,17 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamSynchronize(s));
   {
     // q in the heads layout is [B, H, 1, D]: with one position, row-major [B, H·D].
-    check("q (norm folded, heads)", download(q, rows * kHeads * kHeadDim), reference(x_h, rows, layers[0].q, &gain_h));
-    check("v (norm folded, heads)", download(v, rows * kKvHeads * kHeadDim),
+    check("q (norm folded, heads)", download_checked(q, rows, kHeads * kHeadDim), reference(x_h, rows, layers[0].q, &gain_h));
+    check("v (norm folded, heads)", download_checked(v, rows, kKvHeads * kHeadDim),
           reference(x_h, rows, layers[0].v, &gain_h));
   }
   o.launch(o.launches[0], s);
   CHECK(cudaStreamSynchronize(s));
   {
     auto want = reference(download(xa, rows * kHidden), rows, layers[0].o, nullptr);
-    for (size_t i = 0; i < want.size(); ++i) want[i] += x_h[i];
-    check("o + residual", download(h, rows * kHidden), want);
+    const auto residual = host_checked(x_h, rows, kHidden);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
+    check("o + residual", download_checked(h, rows, kHidden), want);
   }
   mlp_kind.launch(mlp_kind.launches[0], s);
   CHECK(cudaStreamSynchronize(s));
@@ -280,42 +365,56 @@ int main(int argc, char** argv) {
     const auto g = reference(x_h, rows, layers[0].gate, &gain_h), u = reference(x_h, rows, layers[0].up, &gain_h);
     std::vector<double> want(g.size());
     for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-    check("silu(gate) * up, norm folded", download(mlp, rows * kInter), want);
+    check("silu(gate) * up, norm folded", download_checked(mlp, rows, kInter), want);
   }
   down.launch(down.launches[0], s);
   CHECK(cudaStreamSynchronize(s));
   {
     auto want = reference(xi_h, rows, layers[0].down, nullptr);
-    for (size_t i = 0; i < want.size(); ++i) want[i] += x_h[i];
-    check("down + residual", download(h, rows * kHidden), want);
+    const auto residual = host_checked(x_h, rows, kHidden);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
+    check("down + residual", download_checked(h, rows, kHidden), want);
   }
   vocab.launch(vocab.launches[0], s);
   CHECK(cudaStreamSynchronize(s));
-  check("vocabulary, norm folded", download(logits, static_cast<size_t>(rows) * kVocab),
+  check("vocabulary, norm folded", download_checked(logits, rows, kVocab),
         reference(x_h, rows, head, &gain_h));
 
   // Batch invariance across launch shapes: each row's bits are the same
-  // whatever rows of W a thread takes.
+  // whatever rows of W a thread takes (decode) or rows of x a tile takes
+  // (prompt), and whatever rows of x the launch has (its first three alone).
   {
-    const int chosen = g_wide;
+    const int chosen_wide = g_wide, chosen_tile = g_tile;
     std::vector<float> first;
     bool same = true;
-    for (int wide : {1, kWide}) {
-      g_wide = wide;
-      vocab.launch(vocab.launches[0], s);
-      qkv.launch(qkv.launches[0], s);
+    const int fewer = std::min(rows, 3);
+    auto run = [&](int launch_rows) {
+      ProductArgs va1 = vocab.launches[0], qa = qkv.launches[0];
+      va1.rows = qa.rows = launch_rows;
+      vocab.launch(va1, s);
+      qkv.launch(qa, s);
       CHECK(cudaStreamSynchronize(s));
-      auto got = download(logits, static_cast<size_t>(rows) * kVocab);
-      const auto qs = download(q, rows * kHeads * kHeadDim);
+      auto got = download(logits, static_cast<size_t>(fewer) * kVocab);
+      const auto qs = download(q, fewer * kHeads * kHeadDim);
       got.insert(got.end(), qs.begin(), qs.end());
       if (first.empty())
         first = got;
       else
         same = same && std::memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0;
+    };
+    for (int shape : {1, 2}) {
+      if (g_tiles)
+        g_tile = shape == 1 ? kTileRowsSmall : kTileRows;
+      else
+        g_wide = shape == 1 ? 1 : kWide;
+      run(rows);
     }
-    g_wide = chosen;
+    run(fewer);
+    g_wide = chosen_wide;
+    g_tile = chosen_tile;
     ok = ok && same;
-    std::printf("  %-28s %s\n", "wide 1 and 4", same ? "bit-identical ok" : "DIFFER (FAILED)");
+    std::printf("  %-28s %s\n", g_tiles ? "tiles of 32 and 64, 3 rows" : "wide 1 and 4, 3 rows",
+                same ? "bit-identical ok" : "DIFFER (FAILED)");
   }
 
   // Timing: each kind's launches alone (30 per replay, the vocabulary 30
@@ -349,8 +448,8 @@ int main(int argc, char** argv) {
     }) / kLayers;
     const int per_step = kind == &vocab ? 1 : kLayers;
     summed += us * per_step;
-    std::printf("  %-28s %7.2f us  %7.1f GB/s  x%d a step = %7.1f us\n", kind->name, us, kind->bytes / us / 1e3,
-                per_step, us * per_step);
+    std::printf("  %-28s %8.2f us  %7.1f GB/s  %6.2f TFLOPS  x%d a step = %8.1f us\n", kind->name, us,
+                kind->bytes / us / 1e3, kind->flops / us / 1e6, per_step, us * per_step);
   }
   const double step = time_graph([&] {
     for (int i = 0; i < kLayers; ++i) {

@@ -11,8 +11,9 @@
 #    than 32 rows, MLX's prompt path);
 # 2. `mlxcel bench -p PP -n 128 -r 3` for each PP of PPS, the default
 #    against MLXCEL_KERNELS=mlx (MLX's operations only), alternating, RUNS
-#    times, so a change to the prompt path is judged in one run (prompts'
-#    products are MLX's quantized matmul in both as shipped);
+#    times, so a change to the prompt path is judged in one run (the
+#    default's prompts take mlxcel's tiled products, prompt.cuh; the other's
+#    MLX's quantized matmul);
 # 3. scripts/gpu/jit.sh MODE=bundle: fresh processes' first tokens for
 #    prompts of 40 to 600 words, failing if MLX compiled any module.
 set -uo pipefail

@@ -275,19 +275,24 @@ ProductArgs common_args(mx::cu::CommandEncoder& enc, const std::vector<array>& i
   return a;
 }
 
-// The launch shape is gpu_args.h's `set_product_shape` (products.cuh); the
-// kernel, `mlxcel::product<BITS, SCALE, WIDE>` or `mlxcel::gated<BITS,
-// SCALE, ACT, CHUNK>`, is the one compiled for that shape, `kernel_args`
-// naming the parameters before the shape's ("4, __half" or "4, __half, 1").
+// A decode step's rows of x (at most kMaxRows) take the decode kernels
+// (products.cuh), shaped by gpu_args.h's `set_product_shape`:
+// `mlxcel::product<BITS, SCALE, WIDE>` or `mlxcel::gated<BITS, SCALE, ACT,
+// CHUNK>`. A prompt's take the tiled kernels (prompt.cuh), shaped by
+// `set_prompt_shape`: `mlxcel::prompt_product<BITS, SCALE, TILE>` or
+// `mlxcel::prompt_gated<BITS, SCALE, ACT, TILE>`. `kernel_args` names the
+// parameters before the shape's ("4, __half" or "4, __half, 1").
 void add_node(mx::cu::CommandEncoder& enc, const std::string& kernel_args, ProductLaunch launch, ProductArgs& a) {
   if (a.k % 32 != 0 || a.group % 32 != 0)
     throw std::runtime_error("mlxcel GPU product: inputs (" + std::to_string(a.k) + ") and group size (" +
                              std::to_string(a.group) + ") must be multiples of 32");
-  const ProductGrid g = set_product_shape(a, launch);
-  const std::string expression = launch == ProductLaunch::Plain
-                                     ? "mlxcel::product<" + kernel_args + ", " + std::to_string(a.wide) + ">"
-                                     : "mlxcel::gated<" + kernel_args + ", " + std::to_string(a.chunk) + ">";
-  add_launch(enc, kernel(expression), dim3(g.blocks_x, g.blocks_y), dim3(g.threads), a);
+  const bool prompt = a.rows > kMaxRows;
+  const ProductGrid g = prompt ? set_prompt_shape(a, launch) : set_product_shape(a, launch);
+  const std::string family = std::string(prompt ? "mlxcel::prompt_" : "mlxcel::") +
+                             (launch == ProductLaunch::Plain ? "product<" : "gated<");
+  const int shape = launch == ProductLaunch::Plain && !prompt ? a.wide : a.chunk;
+  add_launch(enc, kernel(family + kernel_args + ", " + std::to_string(shape) + ">"), dim3(g.blocks_x, g.blocks_y),
+             dim3(g.threads), a);
 }
 
 // The code widths `family` has kernels for among `kernels` (bit b: the
@@ -347,11 +352,10 @@ std::string width_unsupported(const std::atomic<uint32_t>& widths, int bits, con
 
 }  // namespace
 
-std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout) {
+std::string product_unsupported(int bits, kern::WeightLayout layout) {
   if (!loaded()) return "mlxcel's GPU kernels are not loaded";
   if (auto why = width_unsupported(registry().product_widths, bits, "kernels"); !why.empty()) return why;
   if (layout != kern::WeightLayout::RowMajor) return "the rows16 layout is the CPU's";
-  if (rows > kMaxRows) return std::to_string(rows) + " rows is a prompt: MLX's quantized matmul";
   return "";
 }
 
@@ -546,7 +550,7 @@ size_t load_module(const uint8_t*, size_t, const std::string&) {
 
 bool loaded() { return false; }
 
-std::string product_unsupported(int, int64_t, kern::WeightLayout) {
+std::string product_unsupported(int, kern::WeightLayout) {
   return "this build has no CUDA kernels";
 }
 

@@ -23,10 +23,10 @@
 
 namespace mlxcel::fast::gpu {
 
-/// At most this many rows of x go to our kernels (a decode step of up to
-/// this many sequences), and this many sequences and positions per sequence
-/// to our attention; more (a prompt) take MLX's quantized matmul, whose tiles
-/// reuse each weight across rows, and MLX's attention.
+/// At most this many rows of x go to our decode products (a decode step of
+/// up to this many sequences), and this many sequences and positions per
+/// sequence to our attention; more (a prompt) take our tiled prompt
+/// products, which reuse each weight tile across rows, and MLX's attention.
 inline constexpr int kMaxRows = 32;
 
 /// Loads the module's cubin (`names`: its `NAME.txt`, one
@@ -38,11 +38,11 @@ size_t load_module(const uint8_t* cubin, size_t size, const std::string& names);
 /// Whether `load_module` has succeeded in this process.
 bool loaded();
 
-/// Why our GPU kernels cannot take a product of `rows` rows of x with
-/// `bits`-wide codes in `layout` ("" when they can; the CPU checks of
-/// ops.cc, which admit f32, f16 and bf16 scales, all with kernels, apply
+/// Why our GPU kernels cannot take a product with `bits`-wide codes in
+/// `layout` ("" when they can, for any number of rows of x; the CPU checks
+/// of ops.cc, which admit f32, f16 and bf16 scales, all with kernels, apply
 /// first).
-std::string product_unsupported(int bits, int64_t rows, kern::WeightLayout layout);
+std::string product_unsupported(int bits, kern::WeightLayout layout);
 
 /// `eval_gpu` of QuantizedProduct and QuantizedGatedProduct (an RMS norm
 /// prologue folded into the product kernels).

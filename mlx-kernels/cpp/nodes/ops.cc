@@ -111,8 +111,7 @@ std::string multi_unsupported(const array& x, const std::vector<QuantizedWeight>
 // CPU kernels' conditions, then the GPU's own (gpu.h).
 std::string gpu_multi_unsupported(const array& x, const std::vector<QuantizedWeight>& ws, int gs, int bits) {
   if (auto why = multi_unsupported(x, ws, gs, bits); !why.empty()) return why;
-  const int64_t rows = x.shape(-1) == 0 ? 0 : static_cast<int64_t>(x.size() / x.shape(-1));
-  return gpu::product_unsupported(bits, rows, ws[0].layout);
+  return gpu::product_unsupported(bits, ws[0].layout);
 }
 
 // Why our rope cannot rotate `x` with these parameters ("" when it can).

@@ -4,7 +4,7 @@
 // `__shared__` variable is a static (blocks run one after another), and
 // __syncthreads is a barrier of the block. Checks logic and rounding order
 // only (the intrinsics round as the GPU's do), never speed.
-// Used by decode_emulate.cc (make cuda-check).
+// Used by decode_emulate.cc and prompt_emulate.cc (make cuda-check).
 #pragma once
 
 #include <algorithm>
