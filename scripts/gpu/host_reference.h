@@ -1,16 +1,22 @@
-// Host-side helpers of the kernel emulations (decode_emulate.cc,
-// prompt_emulate.cc): random data, quantized matrices with their exact
-// dequantization, product arguments, f64 references and the checks.
-// Include after cuda_shim.h and gpu_args.h.
+// Host-side helpers shared by the programs that check mlxcel's CUDA
+// kernels against f64 references: the CPU emulations (emulate/*.cc, built
+// by g++ over emulate/cuda_shim.h) and product_bench.cu (built by nvcc):
+// random data, quantized matrices with their exact dequantization, product
+// arguments, the references and the error measure.
+// Include after gpu_args.h (and cuda_shim.h or CUDA's headers).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-namespace emulate {
+namespace host {
 
 using namespace mlxcel;
 
@@ -52,8 +58,15 @@ struct Matrix {
     }
   }
   static S make(float v) {
-    if constexpr (std::is_same_v<S, float>) return v;
-    else return S{to_half_bits(v)};
+    if constexpr (std::is_same_v<S, float>) {
+      return v;
+    } else {
+#ifdef __CUDACC__
+      return __float2half_rn(v);  // CUDA's __half(unsigned short) converts a value, not bits
+#else
+      return S{to_half_bits(v)};
+#endif
+    }
   }
   static double value(S v) {
     if constexpr (std::is_same_v<S, float>) return v;
@@ -91,11 +104,27 @@ inline ProductArgs args(const float* x, int rows, int k, int group, std::vector<
   return a;
 }
 
+// The product's RMS norm: `gain` (of k values) and `eps`.
+inline void with_norm(ProductArgs& a, const float* gain, float eps) {
+  a.norm = 1;
+  a.norm_eps = eps;
+  a.norm_weight = gain;
+}
+
+// The f64 reference of x Wᵀ for x [rows, k], normed first with `gain` (and
+// `eps`) when given: [rows, n], or only the rows listed in `only`,
+// [only->size(), n].
 template <class S>
 std::vector<double> reference(const std::vector<float>& x, int rows, const Matrix<S>& w,
-                              const std::vector<float>* gain, double eps) {
-  std::vector<double> y(size_t(rows) * w.n);
-  for (int m = 0; m < rows; ++m) {
+                              const std::vector<float>* gain, double eps, const std::vector<int>* only = nullptr) {
+  std::vector<int> all;
+  if (!only) {
+    for (int m = 0; m < rows; ++m) all.push_back(m);
+    only = &all;
+  }
+  std::vector<double> y(only->size() * w.n);
+  for (size_t i = 0; i < only->size(); ++i) {
+    const int m = (*only)[i];
     const float* xm = x.data() + size_t(m) * w.k;
     double scale = 1.0;
     if (gain) {
@@ -106,25 +135,32 @@ std::vector<double> reference(const std::vector<float>& x, int rows, const Matri
     for (int r = 0; r < w.n; ++r) {
       double acc = 0;
       for (int c = 0; c < w.k; ++c) acc += w.at(r, c) * xm[c] * (gain ? (*gain)[c] : 1.0f);
-      y[size_t(m) * w.n + r] = acc * scale;
+      y[i * w.n + r] = acc * scale;
     }
   }
   return y;
 }
 
-inline bool all_ok = true;
-
-// Largest |got - want| within 2e-5 of the largest |want| (f32 sums of at
-// most 1536 terms).
-inline void check(const std::string& what, const std::vector<float>& got, const std::vector<double>& want) {
+// Largest |got - want| over the largest |want|.
+inline double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
   double worst = 0, top = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     worst = std::max(worst, std::abs(double(got[i]) - want[i]));
     top = std::max(top, std::abs(want[i]));
   }
-  const bool pass = worst <= 2e-5 * top;
+  return worst / top;
+}
+
+// The bound of relative_error: f32 sums of at most 1536 terms.
+constexpr double kErrorBound = 2e-5;
+
+inline bool all_ok = true;
+
+inline void check(const std::string& what, const std::vector<float>& got, const std::vector<double>& want) {
+  const double e = relative_error(got, want);
+  const bool pass = e <= kErrorBound;
   all_ok = all_ok && pass;
-  std::printf("%-52s %.2e %s\n", what.c_str(), worst / top, pass ? "ok" : "FAILED (bound 2e-5)");
+  std::printf("%-52s %.2e %s\n", what.c_str(), e, pass ? "ok" : "FAILED (bound 2e-5)");
 }
 
 inline void same_bits(const std::string& what, const std::vector<float>& alone, const std::vector<float>& batch) {
@@ -134,4 +170,4 @@ inline void same_bits(const std::string& what, const std::vector<float>& alone, 
 }
 
 
-}  // namespace emulate
+}  // namespace host

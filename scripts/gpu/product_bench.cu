@@ -36,8 +36,10 @@
 #include <vector>
 
 #include "../../mlx-kernels/cuda/kernels.cu"
+#include "host_reference.h"
 
 using namespace mlxcel;
+using namespace host;
 
 #define CHECK(x)                                                                             \
   do {                                                                                       \
@@ -52,8 +54,6 @@ constexpr int kHidden = 576, kInter = 1536, kVocab = 49152, kLayers = 30, kHeads
 constexpr int kGroup = 32;
 constexpr float kEps = 1e-5f;
 
-std::mt19937 rng(7);
-
 template <class T>
 T* upload(const std::vector<T>& v) {
   T* d = nullptr;
@@ -62,71 +62,25 @@ T* upload(const std::vector<T>& v) {
   return d;
 }
 
-std::vector<float> normal(size_t n, float mean = 0.0f, float sd = 1.0f) {
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-// One quantized matrix [n, k], on the host (for the reference) and device.
-struct Matrix {
-  int n, k, bits;
-  std::vector<unsigned> codes;
-  std::vector<__half> scales, biases;
+// One quantized matrix [n, k] (host_reference.h's, with f16 scales and
+// biases as GGUF transcodes store them) and its copy in device memory.
+struct DeviceMatrix : host::Matrix<__half> {
   unsigned* d_codes;
   __half *d_scales, *d_biases;
 
-  Matrix(int n_, int k_, int bits_) : n(n_), k(k_), bits(bits_) {
-    codes.resize(static_cast<size_t>(n) * k * bits / 32);
-    for (auto& c : codes) c = rng();
-    std::uniform_real_distribution<float> s(0.002f, 0.02f), b(-0.08f, 0.08f);
-    const size_t groups = static_cast<size_t>(n) * k / kGroup;
-    for (size_t i = 0; i < groups; ++i) {
-      scales.push_back(__float2half(s(rng)));
-      biases.push_back(__float2half(b(rng)));
-    }
+  DeviceMatrix(int n_, int k_, int bits_) : host::Matrix<__half>(n_, k_, bits_, kGroup) {
     d_codes = upload(codes);
     d_scales = upload(scales);
     d_biases = upload(biases);
-  }
-
-  // Code (r, c) of the row's little-endian bit stream (a 3-, 5- or 6-bit
-  // code may straddle two words).
-  double at(int r, int c) const {
-    const size_t bit = (static_cast<size_t>(r) * k + c) * bits;
-    const size_t word = bit / 32, shift = bit % 32;
-    uint64_t w = codes[word];
-    if (shift + bits > 32) w |= static_cast<uint64_t>(codes[word + 1]) << 32;
-    const unsigned q = static_cast<unsigned>(w >> shift) & ((1u << bits) - 1u);
-    const size_t g = (static_cast<size_t>(r) * k + c) / kGroup;
-    return static_cast<double>(__half2float(scales[g])) * q + __half2float(biases[g]);
   }
 
   GpuWeight weight(float* out, int heads = 0) const { return GpuWeight{d_codes, d_scales, d_biases, out, n, heads}; }
 };
 
 struct Layer {
-  Matrix q{kHeads * kHeadDim, kHidden, 4}, k{kKvHeads * kHeadDim, kHidden, 4}, v{kKvHeads * kHeadDim, kHidden, 4};
-  Matrix o{kHidden, kHeads * kHeadDim, 4}, gate{kInter, kHidden, 4}, up{kInter, kHidden, 4}, down{kHidden, kInter, 4};
+  DeviceMatrix q{kHeads * kHeadDim, kHidden, 4}, k{kKvHeads * kHeadDim, kHidden, 4}, v{kKvHeads * kHeadDim, kHidden, 4};
+  DeviceMatrix o{kHidden, kHeads * kHeadDim, 4}, gate{kInter, kHidden, 4}, up{kInter, kHidden, 4}, down{kHidden, kInter, 4};
 };
-
-ProductArgs args(const float* x, int rows, int k, std::initializer_list<GpuWeight> ws) {
-  ProductArgs a{};
-  a.x = x;
-  a.ldx = k;
-  a.rows = rows;
-  a.seq = 1;
-  a.k = k;
-  a.group = kGroup;
-  for (const auto& w : ws) {
-    a.w[a.count] = w;
-    a.first_row[a.count + 1] = a.first_row[a.count] + w.n;
-    ++a.count;
-  }
-  a.total = a.first_row[a.count];
-  return a;
-}
 
 // The rows of W each thread of a plain product takes (0: as the runtime
 // chooses; the third argument of the command line).
@@ -154,12 +108,6 @@ std::pair<dim3, dim3> shape(ProductArgs& a, ProductLaunch launch) {
   a.wide = g_wide;
   const ProductGrid g = set_product_shape(a, launch);
   return {dim3(g.blocks_x, g.blocks_y), dim3(g.threads)};
-}
-
-void with_norm(ProductArgs& a, const float* gain) {
-  a.norm = 1;
-  a.norm_eps = kEps;
-  a.norm_weight = gain;
 }
 
 template <int Bits>
@@ -206,25 +154,10 @@ std::vector<int> checked_rows(int rows) {
 
 // The f64 reference of x Wᵀ for x rows [rows, k], normed first with `gain`
 // when given: the checked rows' outputs, [checked_rows(rows), n].
-std::vector<double> reference(const std::vector<float>& x, int rows, const Matrix& w, const std::vector<float>* gain) {
+std::vector<double> reference(const std::vector<float>& x, int rows, const DeviceMatrix& w,
+                              const std::vector<float>* gain) {
   const auto checked = checked_rows(rows);
-  std::vector<double> y(checked.size() * w.n);
-  for (size_t ci = 0; ci < checked.size(); ++ci) {
-    const int m = checked[ci];
-    const float* xm = x.data() + static_cast<size_t>(m) * w.k;
-    double scale = 1.0;
-    if (gain) {
-      double sq = 0;
-      for (int c = 0; c < w.k; ++c) sq += static_cast<double>(xm[c]) * xm[c];
-      scale = 1.0 / std::sqrt(sq / w.k + kEps);
-    }
-    for (int r = 0; r < w.n; ++r) {
-      double acc = 0;
-      for (int c = 0; c < w.k; ++c) acc += w.at(r, c) * xm[c] * (gain ? (*gain)[c] : 1.0f);
-      y[ci * w.n + r] = acc * scale;
-    }
-  }
-  return y;
+  return host::reference(x, rows, w, gain, kEps, &checked);
 }
 
 std::vector<float> download(const float* d, size_t n) {
@@ -246,16 +179,6 @@ std::vector<float> host_checked(const std::vector<float>& x, int rows, int n) {
   std::vector<float> h;
   for (int m : checked_rows(rows)) h.insert(h.end(), x.begin() + static_cast<size_t>(m) * n, x.begin() + static_cast<size_t>(m + 1) * n);
   return h;
-}
-
-// Largest |got - want| over the largest |want|.
-double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double worst = 0, top = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(got[i] - want[i]));
-    top = std::max(top, std::abs(want[i]));
-  }
-  return worst / top;
 }
 
 int main(int argc, char** argv) {
@@ -280,7 +203,7 @@ int main(int argc, char** argv) {
               g_tile);
 
   std::vector<Layer> layers(kLayers);
-  Matrix head(kVocab, kHidden, 8);
+  DeviceMatrix head(kVocab, kHidden, 8);
   const auto gain_h = normal(kHidden, 1.0f, 0.1f);
   const float* gain = upload(gain_h);
   const auto x_h = normal(static_cast<size_t>(rows) * kHidden);
@@ -300,21 +223,21 @@ int main(int argc, char** argv) {
     double bytes;  // weights read per launch
     double flops;  // multiply-adds per launch, times 2
   };
-  auto matrix_bytes = [](const Matrix& m) { return m.codes.size() * 4.0 + m.scales.size() * 4.0; };
+  auto matrix_bytes = [](const DeviceMatrix& m) { return m.codes.size() * 4.0 + m.scales.size() * 4.0; };
   Kind qkv{"q/k/v, norm folded", {}, product_launch<4>, 0}, o{"o + residual", {}, product_launch<4>, 0},
       mlp_kind{"gate and up, norm folded", {}, gated_launch, 0}, down{"down + residual", {}, product_launch<4>, 0},
       vocab{"vocabulary (8-bit)", {}, product_launch<8>, 0};
   for (auto& l : layers) {
-    auto a = args(x, rows, kHidden, {l.q.weight(q, kHeads), l.k.weight(k, kKvHeads), l.v.weight(v, kKvHeads)});
-    with_norm(a, gain);
+    auto a = args(x, rows, kHidden, kGroup, {l.q.weight(q, kHeads), l.k.weight(k, kKvHeads), l.v.weight(v, kKvHeads)});
+    with_norm(a, gain, kEps);
     qkv.launches.push_back(a);
-    a = args(xa, rows, kHidden, {l.o.weight(h)});
+    a = args(xa, rows, kHidden, kGroup, {l.o.weight(h)});
     a.residual = x;
     o.launches.push_back(a);
-    a = args(x, rows, kHidden, {l.gate.weight(mlp), l.up.weight(nullptr)});
-    with_norm(a, gain);
+    a = args(x, rows, kHidden, kGroup, {l.gate.weight(mlp), l.up.weight(nullptr)});
+    with_norm(a, gain, kEps);
     mlp_kind.launches.push_back(a);
-    a = args(xi, rows, kInter, {l.down.weight(h)});
+    a = args(xi, rows, kInter, kGroup, {l.down.weight(h)});
     a.residual = x;
     down.launches.push_back(a);
   }
@@ -327,8 +250,8 @@ int main(int argc, char** argv) {
   o.bytes = matrix_bytes(layers[0].o);
   mlp_kind.bytes = matrix_bytes(layers[0].gate) + matrix_bytes(layers[0].up);
   down.bytes = matrix_bytes(layers[0].down);
-  auto va = args(x, rows, kHidden, {head.weight(logits)});
-  with_norm(va, gain);
+  auto va = args(x, rows, kHidden, kGroup, {head.weight(logits)});
+  with_norm(va, gain, kEps);
   vocab.launches.push_back(va);
   vocab.bytes = matrix_bytes(head);
 
@@ -338,7 +261,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
     const double e = relative_error(got, want);
-    const bool pass = e < 2e-5;
+    const bool pass = e <= kErrorBound;
     ok = ok && pass;
     std::printf("  %-28s largest error / largest value %.2e %s\n", what, e, pass ? "ok" : "FAILED (bound 2e-5)");
   };
@@ -467,14 +390,14 @@ int main(int argc, char** argv) {
   // Q4_K_M bundle, 262144 x 640: more than the L2 cache holds), alone.
   {
     constexpr int kGemmaVocab = 262144, kGemmaHidden = 640;
-    Matrix gemma(kGemmaVocab, kGemmaHidden, 6);
+    DeviceMatrix gemma(kGemmaVocab, kGemmaHidden, 6);
     const auto gemma_gain_h = normal(kGemmaHidden, 1.0f, 0.1f);
     const auto gemma_x_h = normal(static_cast<size_t>(rows) * kGemmaHidden);
     const float* gemma_gain = upload(gemma_gain_h);
     const float* gemma_x = upload(gemma_x_h);
     float* out = scratch(static_cast<size_t>(rows) * kGemmaVocab);
-    auto a = args(gemma_x, rows, kGemmaHidden, {gemma.weight(out)});
-    with_norm(a, gemma_gain);
+    auto a = args(gemma_x, rows, kGemmaHidden, kGroup, {gemma.weight(out)});
+    with_norm(a, gemma_gain, kEps);
     product_launch<6>(a, s);
     CHECK(cudaStreamSynchronize(s));
     // The first x row only (the reference of 32 rows takes the host a while).

@@ -21,10 +21,10 @@
 #include "gpu_args.h"
 #include "products.cuh"
 #include "gather.cuh"
-#include "emulate_common.h"
+#include "../host_reference.h"
 
 using namespace mlxcel;
-using namespace emulate;
+using namespace host;
 
 namespace {
 
@@ -58,9 +58,7 @@ void products(int rows) {
   // x [rows, 1, k]: the heads layout [rows, H, 1, 64] is row-major [rows, n].
   std::vector<float> oq(size_t(rows) * q.n), okv(size_t(rows) * kv.n), ov(size_t(rows) * kv.n);
   auto a = args(x.data(), rows, k, group, {q.weight(oq.data(), 9), kv.weight(okv.data(), 3), kv.weight(ov.data(), 3)});
-  a.norm = 1;
-  a.norm_eps = 1e-5f;
-  a.norm_weight = gain.data();
+  with_norm(a, gain.data(), 1e-5f);
   run_plain<Bits, S>(a);
   check(tag + "q, heads, norm folded", oq, reference(x, rows, q, &gain, 1e-5));
   check(tag + "v, heads, norm folded", ov, reference(x, rows, kv, &gain, 1e-5));
@@ -69,9 +67,7 @@ void products(int rows) {
     std::vector<float> alone(q.n), ak(kv.n), av(kv.n);
     auto b = args(x.data() + size_t(rows - 1) * k, 1, k, group,
                   {q.weight(alone.data(), 9), kv.weight(ak.data(), 3), kv.weight(av.data(), 3)});
-    b.norm = 1;
-    b.norm_eps = 1e-5f;
-    b.norm_weight = gain.data();
+    with_norm(b, gain.data(), 1e-5f);
     run_plain<Bits, S>(b);
     same_bits(tag + "q's last row alone", alone, std::vector<float>(oq.end() - q.n, oq.end()));
   }
@@ -96,9 +92,7 @@ void products(int rows) {
   Matrix<S> gate(1536, k, Bits, group), up(1536, k, Bits, group);
   std::vector<float> mlp(size_t(rows) * 1536);
   auto d = args(x.data(), rows, k, group, {gate.weight(mlp.data()), up.weight(nullptr)});
-  d.norm = 1;
-  d.norm_eps = 1e-6f;
-  d.norm_weight = gain.data();
+  with_norm(d, gain.data(), 1e-6f);
   run_gated<Bits, S>(d);
   const auto g = reference(x, rows, gate, &gain, 1e-6), u = reference(x, rows, up, &gain, 1e-6);
   std::vector<double> act(g.size());
@@ -123,9 +117,7 @@ void vocabulary() {
   const auto gain = normal(k, 1.0f, 0.1f);
   std::vector<float> out(size_t(rows) * n), alone(n);
   auto a = args(x.data(), rows, k, 64, {w.weight(out.data())});
-  a.norm = 1;
-  a.norm_eps = 1e-5f;
-  a.norm_weight = gain.data();
+  with_norm(a, gain.data(), 1e-5f);
   run_plain<8, __half>(a);
   check("vocabulary 8192 x 576, 8-bit, norm folded", out, reference(x, rows, w, &gain, 1e-5));
   auto b = a;

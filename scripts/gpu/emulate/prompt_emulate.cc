@@ -17,10 +17,10 @@
 #include "gpu_args.h"
 #include "products.cuh"
 #include "prompt.cuh"
-#include "emulate_common.h"
+#include "../host_reference.h"
 
 using namespace mlxcel;
-using namespace emulate;
+using namespace host;
 
 namespace {
 
@@ -68,9 +68,7 @@ void plain(int rows, int tile) {
   std::vector<float> oq(size_t(rows) * q.n), okv(size_t(rows) * kv.n), ov(size_t(rows) * kv.n);
   auto a = args(x.data(), rows, k, group, {q.weight(oq.data(), 9), kv.weight(okv.data(), 3), kv.weight(ov.data(), 3)});
   a.seq = rows;
-  a.norm = 1;
-  a.norm_eps = 1e-5f;
-  a.norm_weight = gain.data();
+  with_norm(a, gain.data(), 1e-5f);
   run<Bits, S, false>(a, tile);
   check(tag + "q, heads, norm folded", merge_heads(oq, rows, q.n, 9), reference(x, rows, q, &gain, 1e-5));
   check(tag + "v, heads, norm folded", merge_heads(ov, rows, kv.n, 3), reference(x, rows, kv, &gain, 1e-5));
@@ -95,9 +93,7 @@ void gated_mlp(int rows, int tile) {
   const auto gain = normal(k, 1.0f, 0.1f);
   std::vector<float> out(size_t(rows) * n);
   auto a = args(x.data(), rows, k, 32, {g.weight(out.data()), u.weight(nullptr)});
-  a.norm = 1;
-  a.norm_eps = 1e-6f;
-  a.norm_weight = gain.data();
+  with_norm(a, gain.data(), 1e-6f);
   run<Bits, S, true>(a, tile);
   const auto rg = reference(x, rows, g, &gain, 1e-6), ru = reference(x, rows, u, &gain, 1e-6);
   std::vector<double> want(rg.size());
