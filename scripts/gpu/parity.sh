@@ -25,7 +25,8 @@ mkdir -p "$out"
 # 16 (CHUNK) keep MLX's run-time compilation to one tile (scripts/gpu/jit.sh).
 # With the bundle's kernels, prompts run as the runtime runs them (512 rows a
 # pass), so those of more than 32 tokens (the chat prompts, the long raw one)
-# take MLX's prompt path rather than mlxcel's decode kernels.
+# take mlxcel's prompt products (prompt.cuh) and MLX's prompt attention
+# rather than mlxcel's decode kernels.
 # SKIP_BF16=1 skips the bf16 run (its CUTLASS kernels are not in bundles).
 if [ "${GPU_KERNELS:-refuse}" = jit ]; then chunk=${CHUNK:-16}; else chunk=${CHUNK:-512}; fi
 trace() { "$bin/logit_trace" "$bundle" "$@" --prefill-chunk "$chunk" --gpu-kernels "${GPU_KERNELS:-refuse}"; }

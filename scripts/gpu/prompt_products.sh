@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prompts on the GPU (docs/cuda.md "Prompts through cuBLAS, measured and
-# not kept"), on the lent NVIDIA machine after
+# Prompts on the GPU (docs/cuda.md "mlxcel's own prompt products", and
+# "Prompts through cuBLAS, measured and not kept"), on the lent NVIDIA
+# machine after
 # `source scripts/gpu/remote.sh env`:
 #
 #   bash scripts/gpu/prompt_products.sh BUNDLE...
@@ -8,7 +9,7 @@
 # For each bundle (compiled with --target cuda-sm90):
 # 1. the parity check against the CPU (scripts/gpu/parity.sh, f32 only; its
 #    chat prompts and its long raw prompt are prefilled in one pass of more
-#    than 32 rows, MLX's prompt path);
+#    than 32 rows, the prompt path);
 # 2. `mlxcel bench -p PP -n 128 -r 3` for each PP of PPS, the default
 #    against MLXCEL_KERNELS=mlx (MLX's operations only), alternating, RUNS
 #    times, so a change to the prompt path is judged in one run (the
