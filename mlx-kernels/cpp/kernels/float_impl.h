@@ -39,6 +39,10 @@ inline V load_w_n(const void* w, int64_t i, int n) {
 // tail), so it gets the same operations, in the same order, whatever MM: its
 // bits do not depend on the other rows of its run (batch invariance).
 
+// How far ahead of its loads the float matvec prefetches W. 2, 4 and 8 KB
+// measured alike within noise (8 KB a little ahead) on the AVX-512 host.
+constexpr int64_t kFloatAheadBytes = 8192;
+
 template <int WT, int MM>
 inline void fmv_row(const QmmArgs& a, int n, const float* x, float* out) {
   const int K = a.K;
@@ -47,17 +51,24 @@ inline void fmv_row(const QmmArgs& a, int n, const float* x, float* out) {
 #pragma GCC unroll 8
   for (int m = 0; m < MM; ++m) acc[m][0] = acc[m][1] = S::zero();
   const int64_t row0 = static_cast<int64_t>(n) * K;
-  // Software prefetch of the row 4 * kQmvAhead rows ahead (the rows are
-  // contiguous), spread over the steps of k as the quantized matvec does:
-  // without it a bf16 decode step read ~9 GB/s on one core, half of DRAM's
-  // (SmolLM2 bf16 tg on 1 thread: 33 tok/s before, 50-60 after).
+  // Software prefetch kFloatAheadBytes ahead in W, every cache line once or
+  // more: the rows are contiguous, so this runs on into the rows after n.
+  // Without it one core read bf16 weights at ~9 GB/s of its ~14 (the
+  // hardware prefetcher alone keeps too few lines in flight behind these
+  // loads); with it ~12, and two threads 18 -> 25 GB/s (docs/kernels.md).
   constexpr int64_t kEs = WT == kScaleF32 ? 4 : 2;
-  const int64_t ahead = static_cast<int64_t>(kQmvAhead) * 4;
-  const SpreadPrefetch pf(n + ahead + 1 <= a.N ? static_cast<const char*>(a.w) + (row0 + ahead * K) * kEs : nullptr,
-                          static_cast<int64_t>(K) * kEs, imax(1, K / (2 * W)));
+  constexpr int64_t kStepBytes = 2 * W * kEs;
+  static_assert(kStepBytes <= 128, "a step of 2W weights spans at most two cache lines");
+  // An address, not a pointer: it may run past the end of W.
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(a.w) + static_cast<uintptr_t>(row0 * kEs + kFloatAheadBytes);
   int k = 0;
-  for (int step = 0; k + 2 * W <= K; k += 2 * W, ++step) {
-    pf.step(step);
+  for (; k + 2 * W <= K; k += 2 * W) {
+    // In the loop with the loads, not a helper's loop of its own: GCC deletes
+    // a loop whose body is only prefetches (a prefetch is no side effect),
+    // which is how the SpreadPrefetch this replaces compiled to nothing.
+    // Prefetches never fault, so an address past the end of W is harmless.
+    S::prefetch(reinterpret_cast<const void*>(ahead + k * kEs));
+    if constexpr (kStepBytes > 64) S::prefetch(reinterpret_cast<const void*>(ahead + k * kEs + 64));
     const V w0 = load_w<WT>(a.w, row0 + k);
     const V w1 = load_w<WT>(a.w, row0 + k + W);
 #pragma GCC unroll 8

@@ -75,7 +75,9 @@ struct S {
   static constexpr bool kLut16 = false;
   static inline V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
-  static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+  // Volatile asm, not _mm_prefetch: GCC deletes a loop whose body is only
+  // builtin prefetches (no side effect), as SpreadPrefetch::step's is.
+  static inline void prefetch(const void* p) { asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
 
   // W 16-bit floats (kScaleF16 or kScaleBF16) as f32 (exact).
   static inline V load_h(const uint16_t* p, int type) {

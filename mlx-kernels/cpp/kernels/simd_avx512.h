@@ -78,7 +78,9 @@ struct S {
     lo = _mm512_permutexvar_ps(d, lut);
     hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
   }
-  static inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+  // Volatile asm, not _mm_prefetch: GCC deletes a loop whose body is only
+  // builtin prefetches (no side effect), as SpreadPrefetch::step's is.
+  static inline void prefetch(const void* p) { asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
 
   // W 16-bit floats (kScaleF16 or kScaleBF16) as f32 (exact).
   static inline V load_h(const uint16_t* p, int type) {

@@ -85,7 +85,9 @@ struct S {
     return vld1q_f32(t);
   }
   static inline void nib_lut(const uint8_t*, V, V&, V&) {}
-  static inline void prefetch(const void* p) { __builtin_prefetch(p); }
+  // Volatile asm, not __builtin_prefetch: GCC deletes a loop whose body is
+  // only builtin prefetches (no side effect), as SpreadPrefetch::step's is.
+  static inline void prefetch(const void* p) { asm volatile("prfm pldl1keep, %0" : : "Q"(*static_cast<const char*>(p))); }
 
   // W 16-bit floats (kScaleF16 or kScaleBF16) as f32 (exact; bf16 is a shift).
   static inline V load_h(const uint16_t* p, int type) {
