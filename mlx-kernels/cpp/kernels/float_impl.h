@@ -63,9 +63,10 @@ inline void fmv_row(const QmmArgs& a, int n, const float* x, float* out) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(a.w) + static_cast<uintptr_t>(row0 * kEs + kFloatAheadBytes);
   int k = 0;
   for (; k + 2 * W <= K; k += 2 * W) {
-    // In the loop with the loads, not a helper's loop of its own: GCC deletes
-    // a loop whose body is only prefetches (a prefetch is no side effect),
-    // which is how the SpreadPrefetch this replaces compiled to nothing.
+    // A fixed distance in bytes, not SpreadPrefetch's blocks ahead: the rows
+    // are one stream, so one or two prefetches a step and no bound checks
+    // (this form is the one measured). SpreadPrefetch had compiled to
+    // nothing here until S::prefetch became volatile asm (docs/kernels.md).
     // Prefetches never fault, so an address past the end of W is harmless.
     S::prefetch(reinterpret_cast<const void*>(ahead + k * kEs));
     if constexpr (kStepBytes > 64) S::prefetch(reinterpret_cast<const void*>(ahead + k * kEs + 64));
